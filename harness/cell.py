@@ -1,0 +1,181 @@
+"""One cell of the grid: data, model, the fault's change, one training loop observed by the instruments.
+
+`run_cell(cfg)` is a plain function from a resolved config to a record (a dict with one value per column of
+`harness.records.SCHEMA`). It never raises for a problem of the cell itself: an exception, a non-finite
+required measurement or the time limit give `status="failed"` with the error, and a device that is not
+present gives `status="skipped"` with the reason. It sets its own seeds, threads and device, because joblib
+reuses worker processes from one cell to the next.
+"""
+
+import math
+import platform
+import random
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+from functools import partial
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from harness.data import load_splits, training_batches
+from harness.instruments import Instruments, NoInstruments, memorize
+from harness.records import SCHEMA_VERSION, cell_id, empty_record, recipe_yaml
+
+# Measurements that must be finite numbers in an ok record: if one is not, the harness itself misbehaved.
+REQUIRED_FINITE = ("first_loss", "ln_classes", "data_wait_share", "final_train_acc", "final_val_acc")
+
+
+class CellTimeout(RuntimeError):
+    """The cell ran past `run.time_limit_s`."""
+
+
+class DeviceUnavailable(RuntimeError):
+    """The cell asks for a device this machine does not have."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise DeviceUnavailable(f"device=cuda asked for, but {why} (torch {torch.__version__})")
+        return torch.device("cuda")
+    if name == "cpu":
+        return torch.device("cpu")
+    raise ValueError(f"unknown device {name!r}: choose cpu or cuda")
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn) -> tuple[float, float]:
+    """Loss and accuracy of the whole tensor in eval mode; the model's mode is restored."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+        loss, accuracy = float(loss_fn(logits, y)), float((logits.argmax(dim=1) == y).float().mean())
+    model.train(was_training)
+    return loss, accuracy
+
+
+def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, deadline: float = math.inf) -> dict:
+    """Train the configured model once and return the measurements.
+
+    With `instrumented=False` the loop runs without instruments: the bare loop the benchmarks compare against.
+    """
+
+    def check() -> None:
+        if time.perf_counter() > deadline:
+            raise CellTimeout(f"cell exceeded its time limit of {limit_s} s (run.time_limit_s)")
+
+    limit_s = cfg.run.time_limit_s
+
+    data = load_splits(cfg.dataset, cfg.data, cfg.seed)
+    x_val, y_val = data.x_val.to(device), data.y_val.to(device)
+    spec = OmegaConf.to_container(cfg.model, resolve=True)
+    spec.pop("name")
+    make_model = partial(instantiate, spec, n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
+
+    torch.manual_seed(cfg.seed)
+    model = make_model().to(device)
+    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every) if instrumented else NoInstruments()
+    batches = instruments.watch(
+        training_batches(data.x_train, data.y_train, cfg.data.batch_size, cfg.seed, cfg.data.batch_latency_s)
+    )
+
+    # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
+    steps, eval_every, zero_grad = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad
+
+    # The training loop: the one a practitioner writes, with the instruments' two calls.
+    model.train()
+    instruments.log_validation(0, *evaluate(model, x_val, y_val, loss_fn))
+    for step in range(1, steps + 1):
+        x, y = next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss = loss_fn(model(x), y)
+        if zero_grad:  # the fault "forgotten zero_grad" is this line missing
+            optimizer.zero_grad()
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+        if step % eval_every == 0 or step == steps:
+            instruments.log_validation(step, *evaluate(model, x_val, y_val, loss_fn))
+        check()
+    measurements = instruments.finish()
+
+    train_loss, train_acc = evaluate(model, data.x_train.to(device), data.y_train.to(device), loss_fn)
+    val_loss, val_acc = evaluate(model, x_val, y_val, loss_fn)
+    n = cfg.memorize.examples
+    memorized = memorize(
+        make_model,
+        data.x_train[:n].to(device),
+        data.y_train[:n].to(device),
+        loss_fn,
+        rates=cfg.memorize.rates,
+        steps=cfg.memorize.steps,
+        seed=cfg.seed,
+        check=check,
+    )
+    return {
+        **measurements,
+        **memorized,
+        "ln_classes": math.log(data.n_classes),
+        "n_classes": data.n_classes,
+        "n_train": len(data.y_train),
+        "n_val": len(data.y_val),
+        "final_train_loss": train_loss,
+        "final_train_acc": train_acc,
+        "final_val_loss": val_loss,
+        "final_val_acc": val_acc,
+    }
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_cell(cfg: DictConfig) -> dict:
+    """Run one cell and return its record; problems of the cell end up in `status` and `error`."""
+    started = time.perf_counter()
+    record = empty_record()
+    record.update(
+        cell_id=cell_id(cfg),
+        fault=cfg.fault.name,
+        diagnosis=cfg.fault.diagnosis,
+        dataset=cfg.dataset.name,
+        model=cfg.model.name,
+        seed=int(cfg.seed),
+        device=cfg.device.name,
+        schema_version=SCHEMA_VERSION,
+        started_at=datetime.now(UTC),
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        host=socket.gethostname(),
+        config_yaml=recipe_yaml(cfg),
+    )
+    try:
+        device = resolve_device(cfg.device.name)
+        record["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
+        torch.set_num_threads(cfg.run.threads)
+        # Dead units and vanishing updates leave denormal floats in Adam's moments, which run up to ten
+        # times slower on CPUs; flushing them to zero changes nothing a measurement can see.
+        torch.set_flush_denormal(True)
+        seed_everything(cfg.seed)
+        record.update(measure(cfg, device, deadline=started + cfg.run.time_limit_s))
+        bad = [k for k in REQUIRED_FINITE if not math.isfinite(record[k])]
+        if bad:
+            raise FloatingPointError(f"non-finite required measurement: {', '.join(bad)}")
+        record["status"] = "ok"
+    except DeviceUnavailable as unavailable:
+        record.update(status="skipped", error=str(unavailable))
+    except Exception as error:  # noqa: BLE001 - a cell must never take the sweep down
+        record.update(status="failed", error=f"{type(error).__name__}: {error}"[:2000])
+        print(f"cell {record['cell_id']} failed: {record['error']}", file=sys.stderr)
+    record["wall_s"] = time.perf_counter() - started
+    return record

@@ -1,0 +1,113 @@
+"""Checks a command line before Hydra sees it, so that bad input gets one line naming the valid choices.
+
+Hydra's own messages for an unknown option or a malformed override span several lines and end in a hint
+about HYDRA_FULL_ERROR; a user at 2 a.m. needs the one line that says what to type instead. The check
+parses the overrides with Hydra's own parser, compares every option of the grid's groups with the files
+that exist (conf/ and any --config-dir), and composes each chosen option once.
+"""
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob, RangeSweep
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = ("fault", "dataset", "device", "model", "sweep")
+_VALUED_FLAGS = {
+    "-cd",
+    "--config-dir",
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-c",
+    "--cfg",
+    "-p",
+    "--package",
+}
+_INSPECTING = {"-c", "--cfg", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
+
+
+def group_options(group: str, config_dirs: list[Path]) -> list[str]:
+    """Names of the options of a config group: its YAML files in conf/ and in every extra config dir."""
+    return sorted({p.stem for d in [CONF_DIR, *config_dirs] for p in (d / group).glob("*.yaml")})
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[Path], bool]:
+    overrides, config_dirs, inspecting = [], [], False
+    args = iter(argv)
+    for arg in args:
+        flag, _, attached = arg.partition("=")
+        if flag in _INSPECTING:
+            inspecting = True
+        if flag in _VALUED_FLAGS:
+            value = attached or next(args, "")
+            if flag in ("-cd", "--config-dir"):
+                config_dirs.append(Path(value).resolve())
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+    return overrides, config_dirs, inspecting
+
+
+def _one_line(error: Exception) -> str:
+    noise = ("HYDRA_FULL_ERROR", "To append to your config", "full_key:", "object_type=", "reference_type=")
+    text = f"{error}\n{error.__cause__}" if error.__cause__ else str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "; ".join([line for line in lines if not line.startswith(noise) and "HYDRA_FULL_ERROR" not in line][:3])
+
+
+def check_command_line(argv: list[str]) -> str | None:
+    """Return a one-line description of what is wrong with these Hydra arguments, or None if nothing is."""
+    overrides, config_dirs, inspecting = _split(argv)
+    if inspecting:
+        return None
+    parser = OverridesParser.create()
+    chosen: dict[str, list[str]] = {}
+    fixed: list[str] = []
+    for text in overrides:
+        try:
+            override = parser.parse_override(text)
+        except HydraException as error:
+            return f"malformed override {text!r}: {_one_line(error)}"
+        group = override.key_or_group
+        if not override.is_sweep_override():
+            values = [override.get_value_element_as_str()]
+        elif isinstance(override.value(), Glob | RangeSweep):
+            continue  # every option a glob finds exists; a range is integers
+        else:
+            values = list(override.sweep_string_iterator())
+        if group in GROUPS:
+            valid = group_options(group, config_dirs)
+            unknown = [v for v in values if v not in valid]
+            if unknown:
+                return f"unknown {group} {unknown[0]!r}; valid choices: {', '.join(valid)}"
+        if len(values) == 1 and not override.is_sweep_override():
+            fixed.append(text)
+        else:
+            chosen[text] = [text.split("=", 1)[0] + "=" + v for v in values]
+
+    # Compose each chosen group option once (the others at their first choice) to catch unknown keys,
+    # wrong types, YAML errors and fault files that do not name themselves.
+    searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in config_dirs)}]"] if config_dirs else []
+    firsts = [values[0] for values in chosen.values()]
+    trials = [firsts] + [
+        [*firsts[:i], v, *firsts[i + 1 :]] for i, values in enumerate(chosen.values()) for v in values[1:]
+    ]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for trial in trials:
+            try:
+                cfg = compose("config", overrides=[*searchpath, *fixed, *trial])
+            except (HydraException, OmegaConfBaseException) as error:
+                return f"bad configuration ({' '.join(trial + fixed) or 'defaults'}): {_one_line(error)}"
+            missing = sorted(OmegaConf.missing_keys(cfg))
+            if missing:
+                choices = [o for o in [*fixed, *trial] if o.lstrip("+~").split("=")[0] in GROUPS]
+                hint = "a fault file sets fault.name and fault.diagnosis"
+                return f"{' '.join(choices) or 'the recipe'} leaves {', '.join(missing)} unset ({hint})"
+            if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
+                return f"seed must be an integer, got {cfg.seed!r}"
+    return None

@@ -1,0 +1,310 @@
+"""Instruments: the checks, taken on any training loop through hooks and timers.
+
+They see only what every PyTorch loop has: the model, the optimizer, the batch iterator and the loss
+function. They never see which fault (if any) was planted. A loop is observed with three additions:
+
+    instruments = Instruments(model, optimizer, loss_fn)
+    for x, y in instruments.watch(batches):        # times the wait for each batch
+        ...
+        loss.backward()
+        instruments.after_backward(loss)           # loss curve; gradient census on census steps
+        optimizer.step()                            # step hooks measure update-to-weight ratios
+    measurements = instruments.finish()
+
+`memorize` is the one check that needs a fresh model: it trains new models from the run's own model
+factory on a handful of the run's examples, at fixed sensible rates.
+"""
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from statistics import median
+
+import torch
+from torch import nn
+
+
+def _median(values: Iterable[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return median(finite) if finite else math.nan
+
+
+def dead_units(model: nn.Module, x: torch.Tensor) -> tuple[float, list[float]]:
+    """Share of ReLU units that are never positive on the probe batch `x`, overall and per ReLU module.
+
+    A unit is one feature of a (N, F) output or one channel of a (N, C, ...) output. The probe runs in
+    eval mode without gradients, so it changes no BatchNorm statistics; functional relu calls are not seen.
+    """
+    activity: list[torch.Tensor] = []
+
+    def record(_module, _inputs, output):
+        per_unit = output.detach().transpose(0, 1).reshape(output.shape[1], -1) if output.dim() > 1 else None
+        if per_unit is not None:
+            activity.append(per_unit.gt(0).any(dim=1))
+
+    handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.ReLU)]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    if not activity:
+        return math.nan, []
+    per_layer = [1.0 - active.float().mean().item() for active in activity]
+    dead = sum(int((~active).sum()) for active in activity)
+    return dead / sum(active.numel() for active in activity), per_layer
+
+
+class Instruments:
+    """Observes one training loop. Create it before the loop, call `finish()` after it."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, census_every: int = 50):
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.census_every = census_every
+        self.named_params = list(model.named_parameters())
+        self.step = -1  # index of the step whose backward was seen last
+        self.losses: list[torch.Tensor] = []  # detached, so the loop never waits on a device sync
+        self.first_loss = math.nan
+        self.wait_s = 0.0
+        self.loop_start: float | None = None
+        self.last_batch: tuple | None = None
+        self.last_rng: tuple | None = None
+        self.probe: torch.Tensor | None = None
+        self.dead_init = (math.nan, [])
+        self.censuses: list[dict] = []
+        self.update_ratios: list[list[float]] = []
+        self.validation: list[tuple[int, float, float]] = []
+        self._weights_before: list[torch.Tensor] | None = None
+        self._hooks = [
+            optimizer.register_step_pre_hook(self._before_step),
+            optimizer.register_step_post_hook(self._after_step),
+        ]
+
+    def is_census_step(self, step: int) -> bool:
+        return step % self.census_every == 0
+
+    # ----- data wait ---------------------------------------------------------------------------------------
+    def watch(self, batches: Iterable) -> Iterator:
+        """Yield the batches of `batches`, timing how long the loop waits for each one."""
+        iterator = iter(batches)
+        while True:
+            start = time.perf_counter()
+            if self.loop_start is None:
+                self.loop_start = start
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self.wait_s += time.perf_counter() - start
+            self.last_batch = batch
+            if self.probe is None:
+                self.probe = batch[0]
+            if self.is_census_step(self.step + 1):
+                # Remember the RNG state the forward pass will start from, so that the census can replay
+                # the same dropout masks when it recomputes a fresh gradient.
+                cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+                self.last_rng = (torch.get_rng_state(), cuda)
+            yield batch
+
+    # ----- after backward: loss curve, first loss, gradient census ------------------------------------------
+    def after_backward(self, loss: torch.Tensor) -> None:
+        """Call once per step, after `loss.backward()` and before `optimizer.step()`."""
+        self.step += 1
+        self.losses.append(loss.detach())
+        if self.step == 0:
+            self.first_loss = float(loss.detach())
+            if self.probe is not None:
+                self.dead_init = dead_units(self.model, self._on_model_device(self.probe))
+        if self.is_census_step(self.step):
+            self._census()
+
+    def _on_model_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        return tensor.to(device, non_blocking=True)
+
+    def _census(self) -> None:
+        norms, maxima, zero_shares, missing = [], [], [], []
+        zeros = elements = 0
+        for _, param in self.named_params:
+            grad = param.grad
+            missing.append(grad is None)
+            if grad is None:
+                norms.append(math.nan), maxima.append(math.nan), zero_shares.append(math.nan)
+                continue
+            n_zero = int((grad == 0).sum())
+            norms.append(float(grad.norm()))
+            maxima.append(float(grad.abs().max()))
+            zero_shares.append(n_zero / grad.numel())
+            zeros += n_zero
+            elements += grad.numel()
+        total_norm = math.sqrt(sum(n * n for n in norms if not math.isnan(n)))
+        self.censuses.append(
+            {
+                "step": self.step,
+                "norms": norms,
+                "maxima": maxima,
+                "zero_shares": zero_shares,
+                "missing": missing,
+                "zero_share": zeros / elements if elements else math.nan,
+                "total_norm": total_norm if elements else math.nan,
+                "accumulation": self._accumulation_ratio(),
+            }
+        )
+
+    def _accumulation_ratio(self) -> float:
+        """Norm of `.grad` over the norm of a fresh gradient of the same loss on the same batch.
+
+        1 when `.grad` holds this step's gradient only; larger when gradients pile up across steps because
+        they were never zeroed. The recomputation leaves the model, its buffers and the RNG as they were.
+        """
+        if self.last_batch is None:
+            return math.nan
+        pairs = [p for _, p in self.named_params if p.requires_grad and p.grad is not None]
+        if not pairs:
+            return math.nan
+        x, y = (self._on_model_device(t) for t in self.last_batch[:2])
+        buffers = [b.detach().clone() for b in self.model.buffers()]
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            if self.last_rng is not None:
+                torch.set_rng_state(self.last_rng[0])
+                if self.last_rng[1] is not None:
+                    torch.cuda.set_rng_state_all(self.last_rng[1])
+            fresh = torch.autograd.grad(self.loss_fn(self.model(x), y), pairs, allow_unused=True)
+        with torch.no_grad():
+            for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
+                buffer.copy_(saved)
+        held = math.sqrt(sum(float(p.grad.norm()) ** 2 for p, f in zip(pairs, fresh, strict=True) if f is not None))
+        new = math.sqrt(sum(float(f.norm()) ** 2 for f in fresh if f is not None))
+        return held / new if new > 0 else math.nan
+
+    # ----- optimizer step hooks: update-to-weight ratio ------------------------------------------------------
+    def _before_step(self, _optimizer, _args, _kwargs) -> None:
+        if self.censuses and self.censuses[-1]["step"] == self.step:
+            self._weights_before = [p.detach().clone() for _, p in self.named_params]
+
+    def _after_step(self, _optimizer, _args, _kwargs) -> None:
+        if self._weights_before is None:
+            return
+        ratios = []
+        for (_, param), before in zip(self.named_params, self._weights_before, strict=True):
+            scale = float(before.norm())
+            ratios.append(float((param.detach() - before).norm()) / scale if scale > 0 else math.nan)
+        self.update_ratios.append(ratios)
+        self._weights_before = None
+
+    # ----- validation, logged by the loop --------------------------------------------------------------------
+    def log_validation(self, step: int, loss: float, accuracy: float) -> None:
+        self.validation.append((step, loss, accuracy))
+
+    # ----- the measurements ------------------------------------------------------------------------------------
+    def finish(self) -> dict:
+        """Remove the hooks and return every measurement, keyed by record column."""
+        elapsed = time.perf_counter() - self.loop_start if self.loop_start is not None else math.nan
+        for hook in self._hooks:
+            hook.remove()
+        losses = torch.stack(self.losses).double().cpu().tolist() if self.losses else []
+        dead_final = (
+            dead_units(self.model, self._on_model_device(self.probe)) if self.probe is not None else (math.nan, [])
+        )
+        names = [name for name, _ in self.named_params]
+        per_param = list(zip(*(c["norms"] for c in self.censuses), strict=True)) if self.censuses else []
+        never = [all(c["missing"][i] for c in self.censuses) for i in range(len(names))] if self.censuses else []
+        sizes = [p.numel() for _, p in self.named_params]
+        later = [c["accumulation"] for c in self.censuses if c["step"] >= 1]
+        ratios_by_param = list(zip(*self.update_ratios, strict=True)) if self.update_ratios else []
+        update_ratio = [_median(r) for r in ratios_by_param]
+        return {
+            "first_loss": self.first_loss,
+            "nonfinite_losses": sum(not math.isfinite(v) for v in losses),
+            "train_loss_curve": losses,
+            "val_steps": [s for s, _, _ in self.validation],
+            "val_loss_curve": [v for _, v, _ in self.validation],
+            "val_acc_curve": [a for _, _, a in self.validation],
+            "census_steps": [c["step"] for c in self.censuses],
+            "param_names": names,
+            "grad_norm": [_median(v) for v in per_param],
+            "grad_max": [_median(v) for v in zip(*(c["maxima"] for c in self.censuses), strict=True)],
+            "grad_zero_share": [_median(v) for v in zip(*(c["zero_shares"] for c in self.censuses), strict=True)],
+            "grad_missing": never,
+            "grad_norm_curve": [c["total_norm"] for c in self.censuses],
+            "grad_zero_share_total": _median(c["zero_share"] for c in self.censuses),
+            "params_without_grad": sum(never),
+            "params_without_grad_share": sum(s for s, n in zip(sizes, never, strict=True) if n) / sum(sizes)
+            if never
+            else math.nan,
+            "accumulation_ratio": _median(later),
+            "accumulation_ratio_curve": [c["accumulation"] for c in self.censuses],
+            "update_ratio": update_ratio,
+            "update_ratio_median": _median(r for r, n in zip(update_ratio, never, strict=False) if not n),
+            "dead_unit_share_init": self.dead_init[0],
+            "dead_unit_share": dead_final[0],
+            "dead_unit_share_layers": dead_final[1],
+            "data_wait_s": self.wait_s,
+            "loop_s": elapsed,
+            "data_wait_share": self.wait_s / elapsed if elapsed > 0 else math.nan,
+        }
+
+
+class NoInstruments(Instruments):
+    """The same interface doing nothing: the bare loop of the benchmarks."""
+
+    def __init__(self):
+        pass
+
+    def watch(self, batches: Iterable) -> Iterator:
+        return iter(batches)
+
+    def after_backward(self, loss: torch.Tensor) -> None:
+        pass
+
+    def log_validation(self, step: int, loss: float, accuracy: float) -> None:
+        pass
+
+    def finish(self) -> dict:
+        return {}
+
+
+def memorize(
+    model_factory: Callable[[], nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable,
+    rates: Iterable[float] = (1e-4, 1e-3, 1e-2),
+    steps: int = 300,
+    seed: int = 0,
+    check: Callable[[], None] = lambda: None,
+) -> dict:
+    """Can a fresh model fit these few examples? Adam at each rate, full batch, `steps` steps each.
+
+    Uses the run's model factory and examples but none of its optimizer settings, so a bad rate or a
+    forgotten zero_grad in the run cannot make this fail. `check` is called every step (time limits).
+    Returns the final loss per rate (eval mode, on the same examples) and the best of them.
+    """
+    rates = [float(r) for r in rates]
+    finals = []
+    for rate in rates:
+        with torch.random.fork_rng(devices=[]):  # the run's own RNG stream is left untouched
+            torch.manual_seed(seed)
+            model = model_factory().to(x.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=rate)
+        model.train()
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            check()
+        model.eval()
+        with torch.no_grad():
+            finals.append(float(loss_fn(model(x), y)))
+    best = min(range(len(rates)), key=lambda i: finals[i] if math.isfinite(finals[i]) else math.inf)
+    return {
+        "memorize_rates": rates,
+        "memorize_losses": finals,
+        "memorize_best_loss": finals[best] if math.isfinite(finals[best]) else math.nan,
+        "memorize_best_rate": rates[best] if math.isfinite(finals[best]) else math.nan,
+    }

@@ -1,0 +1,162 @@
+"""Records: one parquet file per cell, in one flat folder, all written with one explicit, versioned schema.
+
+`pandas.read_parquet(folder)` loads a whole grid in one call. Files are written under a temporary name that
+starts with "." (which parquet readers skip) and renamed into place, so a reader never meets a partial file.
+Bump SCHEMA_VERSION whenever a column changes meaning or type.
+"""
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from omegaconf import DictConfig, OmegaConf
+
+SCHEMA_VERSION = 1
+
+_f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
+_COLUMNS = [
+    # identity: what was run
+    ("cell_id", _str, "readable key plus a hash of the resolved recipe"),
+    ("fault", _str, "the condition planted (conf/fault/ option name)"),
+    ("diagnosis", _str, "the verdict the rules should give; used for scoring only"),
+    ("dataset", _str, "conf/dataset/ option name"),
+    ("model", _str, "conf/model/ option name"),
+    ("seed", _i64, "seed of the split, initialization, batch order and probes"),
+    ("device", _str, "cpu or cuda"),
+    ("status", _str, "ok, failed or skipped"),
+    ("error", _str, "why the cell failed or was skipped; null when ok"),
+    # run metadata
+    ("schema_version", pa.int32(), "version of this schema"),
+    ("started_at", pa.timestamp("us", tz="UTC"), "when the cell started"),
+    ("wall_s", _f64, "seconds the whole cell took"),
+    ("torch_version", _str, "torch.__version__"),
+    ("python_version", _str, "platform.python_version()"),
+    ("host", _str, "machine that ran the cell"),
+    ("device_name", _str, "GPU name, or the CPU architecture"),
+    ("config_yaml", _str, "the resolved recipe (config without run.*) as YAML"),
+    # the problem
+    ("n_classes", _i64, "number of classes C"),
+    ("n_train", _i64, "training examples"),
+    ("n_val", _i64, "validation examples"),
+    # first loss
+    ("first_loss", _f64, "loss of the first batch, before any update"),
+    ("ln_classes", _f64, "ln C: the first loss of a model that guesses uniformly"),
+    # memorization
+    ("memorize_rates", pa.list_(_f64), "Adam rates tried on the fresh model"),
+    ("memorize_losses", pa.list_(_f64), "final loss on the memorized examples, per rate"),
+    ("memorize_best_loss", _f64, "lowest finite final loss over the rates"),
+    ("memorize_best_rate", _f64, "rate that reached it"),
+    # gradient census (per parameter tensor: medians over the census steps)
+    ("census_steps", pa.list_(_i64), "steps at which the census was taken"),
+    ("param_names", pa.list_(_str), "parameter tensors, in model order"),
+    ("grad_norm", pa.list_(_f64), "per parameter: median L2 norm of .grad"),
+    ("grad_max", pa.list_(_f64), "per parameter: median largest |.grad|"),
+    ("grad_zero_share", pa.list_(_f64), "per parameter: median share of exact zeros in .grad"),
+    ("grad_missing", pa.list_(pa.bool_()), "per parameter: .grad was None at every census"),
+    ("grad_norm_curve", pa.list_(_f64), "global gradient norm at each census step"),
+    ("grad_zero_share_total", _f64, "median share of exact zeros over all gradient entries"),
+    ("params_without_grad", _i64, "parameter tensors that never got a gradient"),
+    ("params_without_grad_share", _f64, "share of parameter elements that never got a gradient"),
+    ("accumulation_ratio", _f64, "median |.grad| / |fresh gradient of the same loss| after step 0 (1 = zeroed)"),
+    ("accumulation_ratio_curve", pa.list_(_f64), "that ratio at each census step"),
+    ("update_ratio", pa.list_(_f64), "per parameter: median |step update| / |weight| at census steps"),
+    ("update_ratio_median", _f64, "median update ratio over parameters that got gradients"),
+    # dead units
+    ("dead_unit_share_init", _f64, "share of ReLU units never active on the probe batch, at initialization"),
+    ("dead_unit_share", _f64, "the same after training"),
+    ("dead_unit_share_layers", pa.list_(_f64), "after training, per ReLU module"),
+    # data wait
+    ("data_wait_s", _f64, "seconds the loop waited for batches"),
+    ("loop_s", _f64, "seconds of the training loop"),
+    ("data_wait_share", _f64, "data_wait_s / loop_s"),
+    # curves
+    ("train_loss_curve", pa.list_(_f64), "training loss at every step"),
+    ("nonfinite_losses", _i64, "steps whose training loss was NaN or infinite"),
+    ("val_steps", pa.list_(_i64), "steps at which validation ran (0 = before training)"),
+    ("val_loss_curve", pa.list_(_f64), "validation loss at val_steps"),
+    ("val_acc_curve", pa.list_(_f64), "validation accuracy at val_steps"),
+    # final
+    ("final_train_loss", _f64, "training-set loss after the last step (eval mode)"),
+    ("final_train_acc", _f64, "training-set accuracy after the last step"),
+    ("final_val_loss", _f64, "validation loss after the last step"),
+    ("final_val_acc", _f64, "validation accuracy after the last step"),
+]
+SCHEMA = pa.schema(
+    [pa.field(name, kind, metadata={"doc": doc}) for name, kind, doc in _COLUMNS],
+    metadata={"schema_version": str(SCHEMA_VERSION)},
+)
+
+
+def recipe_yaml(cfg: DictConfig) -> str:
+    """The resolved config without the `run` node: what the cell computes, not how it is run."""
+    recipe = OmegaConf.to_container(cfg, resolve=True)
+    recipe.pop("run", None)
+    return OmegaConf.to_yaml(OmegaConf.create(recipe), sort_keys=True)
+
+
+def cell_id(cfg: DictConfig) -> str:
+    """Readable name plus a hash of every resolved value, so a changed recipe never reuses an old record."""
+    digest = hashlib.sha1(recipe_yaml(cfg).encode()).hexdigest()[:10]
+    return f"{cfg.fault.name}-{cfg.dataset.name}-{cfg.device.name}-s{cfg.seed}-{digest}"
+
+
+def empty_record() -> dict:
+    """A record with every column present and null."""
+    return dict.fromkeys(SCHEMA.names)
+
+
+def record_path(folder: str | os.PathLike, cell_id: str) -> Path:
+    return Path(folder) / f"{cell_id}.parquet"
+
+
+def write_record(record: dict, folder: str | os.PathLike) -> Path:
+    """Write one record atomically; returns its path. Unknown or missing columns are an error."""
+    if set(record) != set(SCHEMA.names):
+        extra, missing = set(record) - set(SCHEMA.names), set(SCHEMA.names) - set(record)
+        raise KeyError(f"record does not match the schema: extra {sorted(extra)}, missing {sorted(missing)}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = record_path(folder, record["cell_id"])
+    temporary = folder / f".{final.name}.{os.getpid()}.tmp"  # leading "." : readers skip it
+    table = pa.Table.from_pylist([record], schema=SCHEMA)
+    try:
+        with open(temporary, "wb") as sink:
+            pq.write_table(table, sink)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(temporary, final)  # atomic on POSIX: the old file or the new one, never half of one
+    finally:
+        temporary.unlink(missing_ok=True)
+    return final
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> int:
+    """Delete temporary files left by writers that no longer run (a killed sweep); returns how many."""
+    removed = 0
+    for path in Path(folder).glob(".*.tmp"):
+        match = re.fullmatch(r"\..+\.parquet\.(\d+)\.tmp", path.name)
+        if match is None:
+            continue
+        try:
+            pid = int(match.group(1))
+            os.kill(pid, 0)  # signal 0 only asks whether the process exists
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+            removed += 1
+        except PermissionError:
+            pass  # another user's live process
+    return removed
+
+
+def record_status(folder: str | os.PathLike, cell_id: str) -> str | None:
+    """Status of the stored record of a cell, or None if there is none (or it cannot be read)."""
+    path = record_path(folder, cell_id)
+    if not path.exists():
+        return None
+    try:
+        return pq.read_table(path, columns=["status"]).column("status")[0].as_py()
+    except (OSError, pa.ArrowException):
+        return None

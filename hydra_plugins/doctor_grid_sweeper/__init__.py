@@ -1,0 +1,1 @@
+"""Hydra plugin package of the training-run doctor: the grid sweeper (hydra/sweeper=grid)."""

@@ -1,0 +1,36 @@
+"""Shared test helpers: compose configs with Hydra's compose API, short runs, and the real entry point."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+FAULTS = sorted(p.stem for p in (CONF / "fault").glob("*.yaml"))
+DATASETS = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml"))
+DEVICES = sorted(p.stem for p in (CONF / "device").glob("*.yaml"))
+# Short runs: enough steps for every instrument to fire (census at 0, 10, 20, 30), a fraction of the cost.
+SHORT = ["loop.steps=40", "loop.eval_every=20", "loop.census_every=10", "memorize.steps=30"]
+
+
+def make_config(*overrides: str):
+    """The composed config, exactly as a sweep cell gets it (without the hydra node)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def run_entry(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `python -m harness ARGS` as a user would; returns the finished process (text output)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def records(tmp_path) -> Path:
+    return tmp_path / "records"

@@ -1,0 +1,71 @@
+"""Bad input gets one line naming the valid choices and a non-zero exit.
+
+A fault or dataset kept outside the repository works through --config-dir, as the README shows.
+"""
+
+import pandas as pd
+import pytest
+from conftest import FAULTS, SHORT, run_entry
+
+BAD = {
+    "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS),
+    "dataset=mnist": "unknown dataset 'mnist'; valid choices: digits, synthetic",
+    "device=tpu": "unknown device 'tpu'; valid choices: cpu, cuda",
+    "+sweep=huge": "unknown sweep 'huge'; valid choices: default, smoke",
+    "fault=healthy,nope": "unknown fault 'nope'",
+    "fault==": "malformed override 'fault=='",
+    "optimizer.lrr=0.1": "Key 'lrr' is not in struct",
+    "seed=abc": "seed must be an integer, got 'abc'",
+}
+
+
+@pytest.mark.parametrize("argument", BAD)
+def test_bad_input_gets_one_line_and_a_non_zero_exit(argument, records):
+    result = run_entry("+sweep=smoke" if "sweep" not in argument else "seed=0", argument, f"run.records={records}")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and BAD[argument] in lines[0]
+    assert not records.exists()
+
+
+def test_a_fault_file_that_does_not_name_itself_is_refused(tmp_path, records):
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "nameless.yaml").write_text("# @package _global_\noptimizer:\n  lr: 0.5\n")
+    result = run_entry("--config-dir", str(tmp_path), "fault=nameless", f"run.records={records}")
+    assert result.returncode == 2
+    unset = "fault.diagnosis, fault.name unset (a fault file sets fault.name and fault.diagnosis)"
+    assert result.stderr.strip().splitlines() == [f"error: fault=nameless leaves {unset}"]
+
+
+def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, records):
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "dataset").mkdir()
+    (tmp_path / "fault" / "sgd_no_momentum.yaml").write_text(
+        "# @package _global_\n"
+        "# Plain SGD at Adam's rate: far too slow for 600 steps.\n"
+        "fault: {name: sgd_no_momentum, diagnosis: lr_too_low}\n"
+        "optimizer: {_target_: torch.optim.SGD, lr: 1.0e-3}\n"
+    )
+    (tmp_path / "dataset" / "iris.yaml").write_text(
+        "name: iris\nloader: {_target_: sklearn.datasets.load_iris, return_X_y: true}\n"
+    )
+    result = run_entry(
+        "--config-dir",
+        str(tmp_path),
+        "fault=sgd_no_momentum",
+        "dataset=iris",
+        "data.batch_size=16",
+        f"run.records={records}",
+        *SHORT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cell sgd_no_momentum-iris-cpu-s0-" in result.stdout and ": ok in" in result.stdout
+    row = pd.read_parquet(records).iloc[0]
+    assert (row.fault, row.diagnosis, row.dataset, row.n_classes, row.status) == (
+        "sgd_no_momentum",
+        "lr_too_low",
+        "iris",
+        3,
+        "ok",
+    )
+    assert "_target_: torch.optim.SGD" in row.config_yaml

@@ -1,0 +1,65 @@
+"""The config groups: every fault, dataset and device file composes and says what it is."""
+
+import pytest
+from conftest import CONF, DATASETS, DEVICES, FAULTS, make_config
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from harness.records import recipe_yaml
+
+
+def test_the_grid_axes_are_all_there():
+    assert len(FAULTS) >= 10 and "healthy" in FAULTS
+    assert {"digits", "synthetic"} <= set(DATASETS)
+    assert {"cpu", "cuda"} <= set(DEVICES)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_file_names_itself_and_its_verdict(fault):
+    cfg = make_config(f"fault={fault}")
+    assert cfg.fault.name == fault
+    assert isinstance(cfg.fault.diagnosis, str) and cfg.fault.diagnosis
+    assert not OmegaConf.missing_keys(cfg)
+
+
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "healthy"])
+def test_a_fault_is_an_override_of_the_healthy_recipe(fault):
+    def recipe(name):
+        values = OmegaConf.to_container(make_config(f"fault={name}"), resolve=True)
+        values.pop("fault")
+        return values
+
+    assert recipe(fault) != recipe("healthy"), f"{fault} changes nothing in the recipe"
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_file_documents_mechanism_and_signature(fault):
+    comments = [line for line in (CONF / "fault" / f"{fault}.yaml").read_text().splitlines() if line.startswith("#")]
+    assert comments[0] == "# @package _global_"
+    assert len(" ".join(comments[1:])) > 60, "say what is broken and which measurement should reveal it"
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_dataset_loader_returns_features_and_labels(dataset):
+    cfg = make_config(f"dataset={dataset}")
+    features, labels = instantiate(cfg.dataset.loader)
+    assert features.ndim == 2 and len(features) == len(labels) > 100
+    assert cfg.dataset.name == dataset
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_file_names_a_torch_device(device):
+    assert make_config(f"device={device}").device.name in ("cpu", "cuda")
+
+
+def test_run_settings_do_not_change_the_cell_id():
+    a = make_config("run.records=/tmp/a", "run.threads=2", "run.force=true")
+    b = make_config()
+    assert recipe_yaml(a) == recipe_yaml(b)
+    assert recipe_yaml(make_config("seed=1")) != recipe_yaml(b)
+
+
+@pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONF / "sweep").glob("*.yaml")))
+def test_named_grids_compose(sweep):
+    cfg = make_config(f"+sweep={sweep}")
+    assert set(cfg.run) >= {"records", "threads", "time_limit_s", "force"}

@@ -1,0 +1,108 @@
+"""Sweeps through the real entry point: end to end, resume, interruption, reruns, failed and skipped cells."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT, SHORT, make_config, run_entry
+
+from harness.cell import run_cell
+
+
+def mtimes(folder):
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.parquet")}
+
+
+def test_smoke_sweep_end_to_end_then_resume_then_force(records):
+    first = run_entry("+sweep=smoke", f"run.records={records}")
+    assert first.returncode == 0, first.stderr
+    assert "sweep: 4 cells" in first.stderr and "ran 4 (ok 4, failed 0)" in first.stderr
+    frame = pd.read_parquet(records)
+    assert len(frame) == 4 and set(frame.status) == {"ok"}
+    assert set(frame.fault) == {"healthy", "no_zero_grad"} and set(frame.dataset) == {"digits", "synthetic"}
+    assert frame.cell_id.is_unique
+    written = mtimes(records)
+
+    again = run_entry("+sweep=smoke", f"run.records={records}")
+    assert again.returncode == 0 and "ran 0" in again.stderr and "already done 4" in again.stderr
+    assert mtimes(records) == written
+
+    lost = sorted(written)[:2]
+    for name in lost:
+        (records / name).unlink()
+    (records / ".lost.parquet.999999999.tmp").write_bytes(b"PAR1 torn")  # left by a killed writer
+    resumed = run_entry("+sweep=smoke", f"run.records={records}")
+    assert resumed.returncode == 0 and "ran 2 (ok 2, failed 0), already done 2" in resumed.stderr
+    now = mtimes(records)
+    assert set(now) == set(written) and all(now[n] == written[n] for n in set(written) - set(lost))
+    assert not list(records.glob(".*.tmp"))
+
+    forced = run_entry("+sweep=smoke", f"run.records={records}", "run.force=true")
+    assert forced.returncode == 0 and "ran 4" in forced.stderr
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "crash"])
+def test_an_interrupted_sweep_loses_nothing_and_resumes(records, how):
+    grid = ["+sweep=smoke", f"run.records={records}", "seed=range(4)", "loop.steps=400"]  # 16 cells of about 0.5 s
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness", *grid],
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while len(list(records.glob("*.parquet"))) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, how)  # the whole process group, as Ctrl-C in a terminal does
+    process.wait(timeout=60)
+    before = mtimes(records)
+    assert 3 <= len(before) < 16, "interrupt the sweep while it runs"
+    assert len(pd.read_parquet(records)) == len(before)  # every file there is a whole record
+
+    resumed = run_entry(*grid)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"ran {16 - len(before)} (ok {16 - len(before)}, failed 0), already done {len(before)}" in resumed.stderr
+    after = mtimes(records)
+    assert len(after) == 16 and all(after[name] == before[name] for name in before)
+    assert not list(records.glob(".*.tmp"))
+
+
+def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(records):
+    # Digits has 1347 training examples, synthetic 1800: a batch of 1500 breaks the digits cell only.
+    result = run_entry("+sweep=smoke", "fault=healthy", "data.batch_size=1500", f"run.records={records}")
+    assert result.returncode == 1
+    assert "ran 2 (ok 1, failed 1)" in result.stderr
+    frame = pd.read_parquet(records).set_index("dataset")
+    assert frame.loc["digits", "status"] == "failed" and "batch_size 1500" in frame.loc["digits", "error"]
+    assert frame.loc["synthetic", "status"] == "ok" and pd.isna(frame.loc["synthetic", "error"])
+    assert f"failed {frame.loc['digits', 'cell_id']}: ValueError" in result.stderr
+
+
+def test_time_limit_and_non_finite_required_values_fail_the_cell():
+    slow = run_cell(make_config(*SHORT, "fault=starved_loader", "run.time_limit_s=0.05"))
+    assert slow["status"] == "failed" and slow["error"].startswith("CellTimeout")
+    broken = run_cell(make_config(*SHORT, "data.input_scale=nan"))
+    assert broken["status"] == "failed" and "non-finite required measurement: first_loss" in broken["error"]
+    assert broken["wall_s"] > 0 and broken["cell_id"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: see the test below")
+def test_cuda_cells_without_cuda_are_recorded_as_skipped(records):
+    result = run_entry("+sweep=smoke", "fault=healthy", "dataset=digits", "device=cpu,cuda", f"run.records={records}")
+    assert result.returncode == 0, result.stderr
+    assert "ran 1 (ok 1, failed 0), already done 0, skipped 1" in result.stderr
+    assert "skipped healthy-digits-cuda" in result.stderr and "device=cuda asked for" in result.stderr
+    frame = pd.read_parquet(records).set_index("device")
+    assert frame.loc["cuda", "status"] == "skipped" and frame.loc["cpu", "status"] == "ok"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_cells_run_on_the_gpu():
+    record = run_cell(make_config(*SHORT, "device=cuda"))
+    assert record["status"] == "ok" and record["device"] == "cuda" and record["device_name"]
