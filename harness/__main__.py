@@ -9,7 +9,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from harness.cli import check_command_line
+from harness.cli import check_command_line, split_arguments
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -30,6 +30,10 @@ def main() -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    # Flags first: Hydra's argument parser takes no override after a flag such as --config-dir, and
+    # `make sweep ARGS="--config-dir extra/ fault=mine"` puts them after the grid's own overrides.
+    flags, overrides, _, _ = split_arguments(sys.argv[1:])
+    sys.argv[1:] = flags + overrides
     hydra_entry()
 
 

@@ -37,8 +37,12 @@ def group_options(group: str, config_dirs: list[Path]) -> list[str]:
     return sorted({p.stem for d in [CONF_DIR, *config_dirs] for p in (d / group).glob("*.yaml")})
 
 
-def _split(argv: list[str]) -> tuple[list[str], list[Path], bool]:
-    overrides, config_dirs, inspecting = [], [], False
+def split_arguments(argv: list[str]) -> tuple[list[str], list[str], list[Path], bool]:
+    """Split a command line into Hydra's flags (with their values) and the overrides.
+
+    Also returns the extra config dirs, and whether a flag only inspects (--cfg, --info, --help).
+    """
+    flags, overrides, config_dirs, inspecting = [], [], [], False
     args = iter(argv)
     for arg in args:
         flag, _, attached = arg.partition("=")
@@ -46,11 +50,14 @@ def _split(argv: list[str]) -> tuple[list[str], list[Path], bool]:
             inspecting = True
         if flag in _VALUED_FLAGS:
             value = attached or next(args, "")
+            flags += [flag, value]
             if flag in ("-cd", "--config-dir"):
                 config_dirs.append(Path(value).resolve())
-        elif not arg.startswith("-"):
+        elif arg.startswith("-"):
+            flags.append(arg)
+        else:
             overrides.append(arg)
-    return overrides, config_dirs, inspecting
+    return flags, overrides, config_dirs, inspecting
 
 
 def _one_line(error: Exception) -> str:
@@ -62,7 +69,7 @@ def _one_line(error: Exception) -> str:
 
 def check_command_line(argv: list[str]) -> str | None:
     """Return a one-line description of what is wrong with these Hydra arguments, or None if nothing is."""
-    overrides, config_dirs, inspecting = _split(argv)
+    _, overrides, config_dirs, inspecting = split_arguments(argv)
     if inspecting:
         return None
     parser = OverridesParser.create()

@@ -1,0 +1,112 @@
+"""Benchmark of the fault grid: three ratios, each measured side by side in this one run.
+
+1. The default grid (100 CPU cells, through the real entry point) against its floor:
+   floor = 100 x (one bare cell) / cores, where a bare cell is the same 600-step loop plus the three 300-step
+   memorization runs with no instruments and no harness (no Hydra, no records, no workers).
+2. Instrument overhead: the 600-step loop with the instruments against the same loop without them.
+3. The same grid on 2 workers against 1 worker.
+
+Run it with `make bench` (about 3 minutes on 2 cores). The machines are shared and noisy: timings are medians
+of repeated, interleaved runs, and only ratios taken within this run are worth quoting.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+CORES = len(os.sched_getaffinity(0))
+GRID_CELLS = 100
+
+
+def config(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def timed(fn, *args, **kwargs) -> float:
+    start = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - start
+
+
+def bare_cell_seconds(measure, repeats=3) -> float:
+    """Median bare cell, averaged over the grid's two datasets (the healthy recipe)."""
+    per_dataset = []
+    for dataset in ("digits", "synthetic"):
+        cfg = config(f"dataset={dataset}")
+        per_dataset.append(statistics.median(timed(measure, cfg, torch.device("cpu"), False) for _ in range(repeats)))
+    return statistics.mean(per_dataset)
+
+
+def loop_overhead(measure, repeats=7) -> tuple[float, float]:
+    """Median seconds of the 600-step loop without and with the instruments, interleaved run by run."""
+    cfg = config("memorize.steps=0")  # the loop alone: memorization is the same with or without instruments
+    bare, observed = [], []
+    for _ in range(repeats):
+        bare.append(timed(measure, cfg, torch.device("cpu"), False))
+        observed.append(timed(measure, cfg, torch.device("cpu"), True))
+    return statistics.median(bare), statistics.median(observed)
+
+
+def grid_seconds(records: Path, jobs: int) -> tuple[float, float]:
+    """Wall time of the default grid through the real entry point, from launch to exit.
+
+    Also returns the summed wall time of its cells, as their records give it.
+    """
+    command = [sys.executable, "-m", "harness", "+sweep=default", f"run.records={records}"]
+    start = time.perf_counter()
+    subprocess.run([*command, f"hydra.sweeper.n_jobs={jobs}"], cwd=ROOT, check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    frame = pd.read_parquet(records)
+    assert len(frame) == GRID_CELLS and (frame.status == "ok").all(), "the grid must produce 100 ok records"
+    return wall, frame.wall_s.sum()
+
+
+def verdict(ratio: float, goal: float, at_most: bool) -> str:
+    met = ratio <= goal if at_most else ratio >= goal
+    return f"(goal {'<=' if at_most else '>='} {goal}: {'met' if met else 'MISSED'})"
+
+
+def main() -> None:
+    torch.set_num_threads(1)  # as every cell does
+    torch.set_flush_denormal(True)
+    from harness.cell import measure
+
+    measure(config("loop.steps=5", "memorize.steps=5"), torch.device("cpu"), True)  # first-use imports, not timed
+    print(f"machine: {CORES} cores, torch {torch.__version__}, python {sys.version.split()[0]}")
+
+    bare = bare_cell_seconds(measure)
+    floor = GRID_CELLS * bare / CORES
+    with tempfile.TemporaryDirectory() as scratch:
+        two, cells_two = grid_seconds(Path(scratch) / "two", jobs=CORES)
+        one, _ = grid_seconds(Path(scratch) / "one", jobs=1)
+    loop_bare, loop_observed = loop_overhead(measure)
+    loop_ratio = loop_observed / loop_bare
+
+    grid_ratio, cells_ratio, workers_ratio = two / floor, cells_two / CORES / floor, one / two
+    print(f"bare cell (median; mean of digits, synthetic): {bare:.3f} s; floor = {GRID_CELLS} x {bare:.3f} / {CORES}")
+    print(
+        f"1. grid wall / floor:        {two:.1f} s / {floor:.1f} s = {grid_ratio:.2f}x", verdict(grid_ratio, 1.3, True)
+    )
+    print(f"   the cells' own wall / {CORES}:  {cells_two / CORES:.1f} s = {cells_ratio:.2f}x the floor")
+    print(
+        f"2. instrumented / bare loop: {loop_observed:.3f} s / {loop_bare:.3f} s = {loop_ratio:.3f}x",
+        verdict(loop_ratio, 1.15, True),
+    )
+    print(
+        f"3. 1 worker / {CORES} workers:     {one:.1f} s / {two:.1f} s = {workers_ratio:.2f}x",
+        verdict(workers_ratio, 1.8, False),
+    )
+
+
+if __name__ == "__main__":
+    main()
