@@ -69,9 +69,10 @@ def _one_line(error: Exception) -> str:
 
 def check_command_line(argv: list[str]) -> str | None:
     """Return a one-line description of what is wrong with these Hydra arguments, or None if nothing is."""
-    _, overrides, config_dirs, inspecting = split_arguments(argv)
+    flags, overrides, config_dirs, inspecting = split_arguments(argv)
     if inspecting:
         return None
+    other_primary = any(f in flags for f in ("-cn", "--config-name", "-cp", "--config-path"))
     parser = OverridesParser.create()
     chosen: dict[str, list[str]] = {}
     fixed: list[str] = []
@@ -97,6 +98,8 @@ def check_command_line(argv: list[str]) -> str | None:
         else:
             chosen[text] = [text.split("=", 1)[0] + "=" + v for v in values]
 
+    if other_primary:
+        return None  # another primary config: Hydra checks it itself
     # Compose each chosen group option once (the others at their first choice) to catch unknown keys,
     # wrong types, YAML errors and fault files that do not name themselves.
     searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in config_dirs)}]"] if config_dirs else []

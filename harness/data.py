@@ -66,15 +66,20 @@ def training_batches(
     """Endless shuffled minibatches, reshuffled each epoch; the last partial batch of an epoch is dropped.
 
     latency_s > 0 makes this a slow loader: the iterator stalls before each batch the way a loader does
-    that reads from a slow disk or decodes on one process, so the training step waits for data.
+    that reads from a slow disk or decodes on one process, so the training step waits for data. Over many
+    batches the stall averages latency_s per batch, however coarse the OS's sleep is.
     """
     if batch_size > len(x):
         raise ValueError(f"batch_size {batch_size} exceeds the {len(x)} training examples")
     generator = torch.Generator().manual_seed(seed)
+    owed = 0.0  # stall still owed: the OS oversleeps short sleeps, so the excess is taken off the next one
     while True:
         order = torch.randperm(len(x), generator=generator)
         for start in range(0, len(x) - batch_size + 1, batch_size):
             if latency_s > 0:
-                time.sleep(latency_s)
+                owed += latency_s
+                began = time.perf_counter()
+                time.sleep(max(owed, 0.0))
+                owed -= time.perf_counter() - began
             index = order[start : start + batch_size]
             yield x[index], y[index]

@@ -22,6 +22,7 @@ def test_smoke_sweep_end_to_end_then_resume_then_force(records):
     first = run_entry("+sweep=smoke", f"run.records={records}")
     assert first.returncode == 0, first.stderr
     assert "sweep: 4 cells" in first.stderr and "ran 4 (ok 4, failed 0)" in first.stderr
+    assert "cells: 100%|" in first.stderr and "4/4" in first.stderr  # the progress bar
     frame = pd.read_parquet(records)
     assert len(frame) == 4 and set(frame.status) == {"ok"}
     assert set(frame.fault) == {"healthy", "no_zero_grad"} and set(frame.dataset) == {"digits", "synthetic"}
