@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke test test-all lint format bench clean-runs
+.PHONY: help setup sweep smoke fit report test test-all lint format bench clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -36,6 +36,12 @@ sweep: setup ## run the grid SWEEP (default: 10 conditions x 5 seeds x 2 dataset
 
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke
 	$(MAKE) sweep SWEEP=smoke
+
+fit: setup ## fit the rules' thresholds on the digits records in RUNS; writes analysis/thresholds.json
+	$(BIN)/python -m analysis fit $(RUNS)
+
+report: setup ## score the rules, naive rules, tree and forest on RUNS; writes reports/report.md
+	$(BIN)/python -m analysis report $(RUNS)
 
 test: setup ## run the fast tests (under 5 minutes on 2 cores)
 	$(BIN)/python -m pytest -q

@@ -1,0 +1,212 @@
+"""The report: tables and figures of the scores, written to reports/report.md with PNGs beside it."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on these machines
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.fit import TUNED_DATASET
+from analysis.rules import FEATURES, HEALTHY, RULES, diagnose, load_thresholds
+from analysis.score import METHODS, accuracy_lines, confusion, per_fault, role, score
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    header = "| " + " | ".join([frame.index.name or "", *map(str, frame.columns)]) + " |"
+    rule = "|" + "---|" * (len(frame.columns) + 1)
+    rows = [
+        "| " + " | ".join([str(i), *map(str, row)]) + " |" for i, row in zip(frame.index, frame.to_numpy(), strict=True)
+    ]
+    return "\n".join([header, rule, *rows])
+
+
+def plot_loss_curves(records: pd.DataFrame, dataset: str, path: Path) -> None:
+    """One small panel per fault: every seed's training loss, the healthy runs in grey behind."""
+    rows = records[records.dataset == dataset]
+    faults = sorted(rows.fault.unique(), key=lambda f: (f != HEALTHY, f))
+    columns = 5
+    figure, axes = plt.subplots(
+        -(-len(faults) // columns),
+        columns,
+        figsize=(3.2 * columns, 2.6 * -(-len(faults) // columns)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    healthy = rows[rows.fault == HEALTHY]
+    for axis, fault in zip(axes.flat, faults, strict=False):
+        for curve in healthy.train_loss_curve:
+            axis.plot(curve, color="0.75", linewidth=0.8)
+        for curve in rows[rows.fault == fault].train_loss_curve:
+            axis.plot(curve, linewidth=0.8)
+        axis.axhline(rows.ln_classes.iloc[0], color="black", linestyle=":", linewidth=0.8)
+        axis.set_title(fault, fontsize=10)
+        axis.set_yscale("log")
+    for axis in axes.flat[len(faults) :]:
+        axis.set_visible(False)
+    for axis in axes[-1]:
+        axis.set_xlabel("step")
+    for axis in axes[:, 0]:
+        axis.set_ylabel("training loss (log)")
+    figure.suptitle(f"Training loss of every seed, {dataset} (grey: healthy runs; dotted: ln C)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def plot_confusion(table: pd.DataFrame, title: str, path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(6.5, 5.5))
+    axis.imshow(table.to_numpy(), cmap="Blues")
+    axis.set_xticks(range(len(table.columns)), table.columns, rotation=45, ha="right")
+    axis.set_yticks(range(len(table.index)), table.index)
+    for (i, j), count in np.ndenumerate(table.to_numpy()):
+        if count:
+            axis.text(
+                j,
+                i,
+                str(count),
+                ha="center",
+                va="center",
+                color="white" if count > table.to_numpy().max() / 2 else "black",
+            )
+    axis.set_xlabel("verdict")
+    axis.set_ylabel("planted fault")
+    axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def plot_measurements(records: pd.DataFrame, thresholds: dict[str, float], path: Path) -> None:
+    """Each rule's measurement against the planted fault, both datasets, with the fitted threshold drawn."""
+    from analysis.rules import features
+
+    table = features(records)
+    faults = sorted(records.diagnosis.unique(), key=lambda f: (f != HEALTHY, f))
+    figure, axes = plt.subplots(3, 3, figsize=(16, 12))
+    for axis, rule in zip(axes.flat, RULES, strict=False):
+        for offset, (dataset, marker) in zip((-0.15, 0.15), ((TUNED_DATASET, "o"), ("other", "x")), strict=True):
+            mask = records.dataset == TUNED_DATASET if dataset == TUNED_DATASET else records.dataset != TUNED_DATASET
+            xs = [faults.index(f) + offset for f in records.diagnosis[mask]]
+            axis.scatter(
+                xs,
+                table.loc[mask, rule.feature],
+                marker=marker,
+                s=14,
+                label=f"{dataset} ({role(dataset)})" if dataset == TUNED_DATASET else "held-out datasets",
+            )
+        axis.axhline(thresholds[rule.verdict], color="red", linewidth=1, label="fitted threshold")
+        if FEATURES[rule.feature][1]:
+            axis.set_yscale("log")
+        axis.set_xticks(range(len(faults)), faults, rotation=60, ha="right", fontsize=8)
+        axis.set_title(f"{rule.verdict}: {rule.feature}", fontsize=10)
+        axis.set_ylabel(FEATURES[rule.feature][0], fontsize=8)
+    axes.flat[0].legend(fontsize=8)
+    figure.suptitle("Each rule's measurement by planted fault (red: the threshold fitted on digits)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def build(records: pd.DataFrame, out: Path) -> tuple[str, list[str]]:
+    """Write report.md and its PNGs into `out`; return the text printed on the terminal and the accuracy lines."""
+    out.mkdir(parents=True, exist_ok=True)
+    scores = score(records)
+    ok, predictions, correct = scores["records"], scores["predictions"], scores["correct"]
+    thresholds = load_thresholds()
+    lines = accuracy_lines(scores["accuracy"])
+    skipped = records[records.status != "ok"]
+
+    accuracy_table = scores["accuracy"].assign(score=lambda a: a.correct.astype(str) + "/" + a.total.astype(str))
+    accuracy_table = accuracy_table.pivot(index="dataset", columns="method", values="score")[list(METHODS)]
+    accuracy_table.insert(0, "role", [role(d) for d in accuracy_table.index])
+
+    text = ["# Can a short list of measurements name the fault?", ""]
+    text += [
+        f"Records: {len(ok)} ok cells"
+        + (f" ({len(skipped)} failed or skipped cells left out)" if len(skipped) else "")
+        + ".",
+        f"The rules' thresholds were fitted on **{TUNED_DATASET}** alone, so its scores are **in-sample**; every other "
+        "dataset was never seen while fitting, so its scores are **held out**. The tree and forest learn from the "
+        "same features of the same records.",
+        "",
+        "## Accuracy by dataset and method",
+        "",
+        _markdown(accuracy_table),
+        "",
+    ]
+    if scores["loso"]:
+        loso = ", ".join(f"{m} {scores['loso'][m]}/{scores['loso_total']}" for m in METHODS)
+        text += [f"Leave-one-seed-out on {TUNED_DATASET} (each seed scored by a fit without it): {loso}.", ""]
+    for dataset in scores["datasets"]:
+        text += [
+            f"## {dataset} ({role(dataset)}): correct per planted fault",
+            "",
+            _markdown(per_fault(ok, correct, dataset)),
+            "",
+        ]
+        table = confusion(ok, predictions["rules"], dataset)
+        picture = f"confusion_{dataset}.png"
+        plot_confusion(table, f"rules on {dataset} ({role(dataset)})", out / picture)
+        text += [
+            f"Confusion of the fitted rules on {dataset}:",
+            "",
+            _markdown(table),
+            "",
+            f"![confusion {dataset}]({picture})",
+            "",
+        ]
+        misses = ok[(ok.dataset == dataset) & ~correct.rules]
+        if len(misses):
+            text += [f"Misses of the rules on {dataset}:", ""]
+            for _, record in misses.iterrows():
+                findings = diagnose(record, RULES, thresholds)
+                fired = "; ".join(f"{f.verdict}: {f.evidence}" for f in findings)
+                text.append(f"- {record.cell_id} (planted {record.diagnosis}): {fired}")
+            text.append("")
+        curves = f"loss_curves_{dataset}.png"
+        plot_loss_curves(ok, dataset, out / curves)
+        text += [f"![loss curves {dataset}]({curves})", ""]
+    plot_measurements(ok, thresholds, out / "measurements.png")
+    text += [
+        "## The measurements behind the rules",
+        "",
+        _markdown(
+            pd.DataFrame(
+                {
+                    "feature": [r.feature for r in RULES],
+                    "fires when": [">" if r.above else "<" for r in RULES],
+                    "threshold": [f"{thresholds[r.verdict]:.4g}" for r in RULES],
+                },
+                index=pd.Index([r.verdict for r in RULES], name="verdict"),
+            )
+        ),
+        "",
+        "![measurements](measurements.png)",
+        "",
+        "## What these scores do not cover",
+        "",
+        "- Faults were planted one at a time; a real run can have two at once, and one can mask the other.",
+        "- One model family (a small MLP) on small tabular problems; CNNs, sequence models and large models"
+        " were not tested.",
+        "- Each fault has one magnitude; milder versions sit closer to the thresholds.",
+        "- The held-out problem is synthetic; real failing runs are messier.",
+        "",
+        "## Machine-readable lines",
+        "",
+        "```",
+        *lines,
+        "```",
+    ]
+    (out / "report.md").write_text("\n".join(text) + "\n")
+    terminal = [_markdown(accuracy_table), ""]
+    if scores["loso"]:
+        terminal.append(
+            f"leave-one-seed-out on {TUNED_DATASET}: "
+            + ", ".join(f"{m} {scores['loso'][m]}/{scores['loso_total']}" for m in METHODS)
+        )
+    terminal += [*lines, f"report: {out / 'report.md'}"]
+    return "\n".join(terminal), lines

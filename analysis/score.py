@@ -1,0 +1,104 @@
+"""Scoring: how often each method names the planted fault, per dataset, with the dataset's role stated.
+
+Methods: `rules` (fitted thresholds from the committed file), `naive` (hand-set thresholds), and two
+scikit-learn classifiers on the same features, fitted on the tuned dataset: `tree` (depth 4) and `forest`.
+The tuned dataset scores in-sample; every other dataset is held out. Leave-one-seed-out on the tuned dataset
+refits everything without one seed and scores that seed: a fairer in-sample figure.
+"""
+
+import pandas as pd
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.tree import DecisionTreeClassifier
+
+from analysis.fit import TUNED_DATASET, fit_thresholds
+from analysis.rules import NAIVE_RULES, NAIVE_THRESHOLDS, RULES, features, load_thresholds, verdicts
+
+METHODS = ("rules", "naive", "tree", "forest")
+
+
+def role(dataset: str) -> str:
+    return "in-sample" if dataset == TUNED_DATASET else "held-out"
+
+
+def _classifier(method: str):
+    if method == "tree":
+        return DecisionTreeClassifier(max_depth=4, random_state=0)
+    return RandomForestClassifier(n_estimators=200, random_state=0)
+
+
+def predict(
+    records: pd.DataFrame, method: str, tuned: pd.DataFrame, thresholds: dict[str, float] | None = None
+) -> pd.Series:
+    """The verdict of `method` for each record; `tuned` is what the fitted methods learn from."""
+    if method == "rules":
+        return verdicts(records, RULES, load_thresholds() if thresholds is None else thresholds).verdict
+    if method == "naive":
+        return verdicts(records, NAIVE_RULES, NAIVE_THRESHOLDS).verdict
+    model = _classifier(method).fit(features(tuned), tuned.diagnosis)
+    return pd.Series(model.predict(features(records)), index=records.index)
+
+
+def leave_one_seed_out(tuned: pd.DataFrame, method: str) -> pd.Series:
+    """Verdicts on the tuned dataset, each seed predicted by a method fitted without it."""
+    parts = []
+    for seed in sorted(tuned.seed.unique()):
+        held, rest = tuned[tuned.seed == seed], tuned[tuned.seed != seed]
+        thresholds = fit_thresholds(rest) if method == "rules" else None
+        parts.append(predict(held, method, rest, thresholds))
+    return pd.concat(parts).reindex(tuned.index)
+
+
+def score(records: pd.DataFrame) -> dict:
+    """Every prediction and table the report shows, from ok records."""
+    records = records[records.status == "ok"]
+    tuned = records[records.dataset == TUNED_DATASET]
+    predictions = pd.DataFrame({m: predict(records, m, tuned) for m in METHODS})
+    correct = predictions.eq(records.diagnosis, axis=0)
+    datasets = sorted(records.dataset.unique(), key=lambda d: (d != TUNED_DATASET, d))
+    accuracy = [
+        {
+            "dataset": d,
+            "method": m,
+            "correct": int(correct.loc[records.dataset == d, m].sum()),
+            "total": int((records.dataset == d).sum()),
+            "role": role(d),
+        }
+        for d in datasets
+        for m in METHODS
+    ]
+    loso = (
+        {m: int(leave_one_seed_out(tuned, m).eq(tuned.diagnosis).sum()) for m in METHODS}
+        if tuned.seed.nunique() > 1
+        else {}
+    )
+    return {
+        "records": records,
+        "predictions": predictions,
+        "correct": correct,
+        "datasets": datasets,
+        "accuracy": pd.DataFrame(accuracy),
+        "loso": loso,
+        "loso_total": len(tuned),
+    }
+
+
+def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
+    """`accuracy <dataset> <method> <correct>/<total> <role>`, one line per dataset and method."""
+    return [f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {r.role}" for r in accuracy.itertuples()]
+
+
+def per_fault(records: pd.DataFrame, correct: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Correct / cells per fault (rows) and method (columns) on one dataset, as 'x/n' strings."""
+    mask = records.dataset == dataset
+    groups = correct[mask].groupby(records.diagnosis[mask])
+    hits, counts = groups.sum(), groups.size()
+    return hits.apply(lambda column: column.astype(int).astype(str) + "/" + counts.astype(str))
+
+
+def confusion(records: pd.DataFrame, predicted: pd.Series, dataset: str) -> pd.DataFrame:
+    """Counts of planted fault (rows) against verdict (columns) on one dataset."""
+    mask = records.dataset == dataset
+    labels = sorted(set(records.diagnosis[mask]) | set(predicted[mask]))
+    table = pd.crosstab(records.diagnosis[mask], predicted[mask]).reindex(index=labels, columns=labels, fill_value=0)
+    table.index.name, table.columns.name = "planted", "verdict"
+    return table
