@@ -218,6 +218,9 @@ class Instruments:
         later = [c["accumulation"] for c in self.censuses if c["step"] >= 1]
         ratios_by_param = list(zip(*self.update_ratios, strict=True)) if self.update_ratios else []
         update_ratio = [_median(r) for r in ratios_by_param]
+        # Per census: the median over parameters that got gradients. Its peak reads the rate even when a run
+        # that diverged has stopped moving by the end (dead units pass no gradient).
+        curve = [_median(r for r, n in zip(ratios, never, strict=False) if not n) for ratios in self.update_ratios]
         return {
             "first_loss": self.first_loss,
             "nonfinite_losses": sum(not math.isfinite(v) for v in losses),
@@ -241,6 +244,8 @@ class Instruments:
             "accumulation_ratio_curve": [c["accumulation"] for c in self.censuses],
             "update_ratio": update_ratio,
             "update_ratio_median": _median(r for r, n in zip(update_ratio, never, strict=False) if not n),
+            "update_ratio_curve": curve,
+            "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
             "dead_unit_share_init": self.dead_init[0],
             "dead_unit_share": dead_final[0],
             "dead_unit_share_layers": dead_final[1],

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: update_ratio_curve, update_ratio_peak
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -64,6 +64,8 @@ _COLUMNS = [
     ("accumulation_ratio_curve", pa.list_(_f64), "that ratio at each census step"),
     ("update_ratio", pa.list_(_f64), "per parameter: median |step update| / |weight| at census steps"),
     ("update_ratio_median", _f64, "median update ratio over parameters that got gradients"),
+    ("update_ratio_curve", pa.list_(_f64), "at each census step: the median update ratio over those parameters"),
+    ("update_ratio_peak", _f64, "largest value of that curve"),
     # dead units
     ("dead_unit_share_init", _f64, "share of ReLU units never active on the probe batch, at initialization"),
     ("dead_unit_share", _f64, "the same after training"),

@@ -39,6 +39,7 @@ def record(**measurements) -> pd.Series:
         "dead_unit_share_init": 0.0,
         "dead_unit_share": 0.01,
         "update_ratio_median": 1e-3,
+        "update_ratio_peak": 1.5e-2,
         "final_val_acc": 0.97,
         "final_train_acc": 1.0,
         "memorize_best_loss": 0.001,
@@ -54,8 +55,8 @@ PLANTED = {
     "no_zero_grad": {"accumulation_ratio": 30.0},
     "unscaled_inputs": {"first_loss": 35.0},
     "dead_relu": {"dead_unit_share_init": 1.0},
-    "lr_too_low": {"update_ratio_median": 8e-6},
-    "lr_too_high": {"update_ratio_median": 1.2e-2},
+    "lr_too_low": {"update_ratio_peak": 2e-5},
+    "lr_too_high": {"update_ratio_peak": 1.5},
     "shuffled_labels": {"final_val_acc": 0.11, "final_train_acc": 0.45},
     "model_too_small": {"final_train_acc": 0.78, "final_val_acc": 0.76},
 }
