@@ -10,12 +10,13 @@ RUNS   ?= runs/$(SWEEP)
 JOBS   ?=
 FORCE  ?=
 ARGS   ?=
+RECIPE ?= examples/cnn_no_zero_grad.py
 
 BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke fit report test test-all lint format bench clean-runs
+.PHONY: help setup sweep smoke fit report doctor test test-all lint format bench bench-doctor clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -43,6 +44,9 @@ fit: setup ## fit the rules' thresholds on the digits records in RUNS; writes an
 report: setup ## score the rules, naive rules, tree and forest on RUNS; writes reports/report.md
 	$(BIN)/python -m analysis report $(RUNS)
 
+doctor: setup ## diagnose a recipe file: make doctor RECIPE=examples/cnn_no_zero_grad.py
+	$(BIN)/python -m doctor $(RECIPE)
+
 test: setup ## run the fast tests (under 5 minutes on 2 cores)
 	$(BIN)/python -m pytest -q
 
@@ -57,6 +61,9 @@ format: setup ## reformat with ruff
 
 bench: setup ## measure grid wall vs its floor, instrument overhead, 2 workers vs 1 (about 3 minutes)
 	$(BIN)/python bench/grid.py
+
+bench-doctor: setup ## measure the doctor's overhead on a user's loop and its time to a verdict (about 1 minute)
+	$(BIN)/python bench/doctor_overhead.py
 
 clean-runs: ## delete every records folder under runs/ (and Hydra's logs there)
 	find runs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +

@@ -1,0 +1,8 @@
+"""The training-run doctor: the grid's checks and rules on your own PyTorch training run.
+
+from doctor import Doctor, probe
+"""
+
+from doctor.core import Doctor, Report, UnsupportedTask, probe
+
+__all__ = ["Doctor", "Report", "UnsupportedTask", "probe"]

@@ -1,0 +1,271 @@
+"""The doctor: the grid's instruments on a user's own training run, and the grid's rules on what they measure.
+
+Three added lines in a user's loop:
+
+    doctor = Doctor(model, optimizer, loss_fn, loader)   # 1: built around the loop's own pieces
+    for x, y in doctor:                                 #    (was: for x, y in loader)
+        ...
+        loss.backward()
+        doctor.after_backward(loss)                     # 2
+        optimizer.step()
+    print(doctor.report())                              # 3
+
+or `probe(...)` with a recipe (model factory, batches, loss, optimizer factory) runs a short loop itself.
+The measurements come from harness.instruments (the very code the grid's cells use) and the verdict from
+analysis.rules with the thresholds fitted on the grid; nothing here knows what fault, if any, is planted.
+"""
+
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+
+import pandas as pd
+import torch
+from torch import nn
+
+from analysis.rules import RULES, Finding, diagnose, features, load_thresholds
+from doctor.machine import bigger_machine
+from harness.instruments import Instruments, memorize
+from harness.records import empty_record
+
+
+class UnsupportedTask(ValueError):
+    """The run is not classification with C classes: the doctor's rules would give a wrong verdict."""
+
+
+class Doctor:
+    """Watches one training loop. See the module docstring for the three lines."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: Callable,
+        batches: Iterable | None = None,
+        *,
+        validation: Iterable | None = None,
+        model_factory: Callable[[], nn.Module] | None = None,
+        census_every: int = 50,
+        keep_batches: int = 8,
+    ):
+        self.model, self.loss_fn, self.batches = model, loss_fn, batches
+        self.validation, self.model_factory = validation, model_factory
+        self.instruments = Instruments(model, optimizer, loss_fn, census_every)
+        self.recent: deque = deque(maxlen=keep_batches)  # training batches kept to measure training accuracy
+        self.n_classes: int | None = None
+        self.val_start: tuple[float, float] | None = None
+        self.error: BaseException | None = None
+        self._report = None
+
+    def __iter__(self) -> Iterator:
+        if self.batches is None:
+            raise TypeError(
+                "give Doctor the batches (Doctor(model, optimizer, loss_fn, loader)) or use doctor.watch(loader)"
+            )
+        return self.watch(self.batches)
+
+    def watch(self, batches: Iterable) -> Iterator:
+        """Yield the batches, timing the wait for each; the first one is checked for a supported task."""
+        for batch in self.instruments.watch(batches):
+            if self.n_classes is None:
+                self.n_classes = check_classification(self.model, batch)
+                if self.validation is not None:
+                    self.val_start = evaluate(self.model, self.loss_fn, self.validation)
+            self.recent.append(batch)
+            yield batch
+
+    def after_backward(self, loss: torch.Tensor) -> None:
+        """Call once per step, after loss.backward() and before optimizer.step()."""
+        self.instruments.after_backward(loss)
+
+    @property
+    def steps(self) -> int:
+        return self.instruments.step + 1
+
+    def measurements(self) -> dict:
+        """Everything measured, keyed like the grid's record columns (NaN where it could not be measured)."""
+        if self.n_classes is None:
+            raise RuntimeError("the doctor saw no batch: wrap the loop's batches with the doctor first")
+        measured = self.instruments.finish()
+        train_loss, train_acc = evaluate(self.model, self.loss_fn, list(self.recent))
+        val_loss, val_acc = (
+            evaluate(self.model, self.loss_fn, self.validation) if self.validation is not None else (math.nan, math.nan)
+        )
+        memorized = {
+            "memorize_rates": [],
+            "memorize_losses": [],
+            "memorize_best_loss": math.nan,
+            "memorize_best_rate": math.nan,
+        }
+        if self.model_factory is not None and self.instruments.probe is not None:
+            x, y = self.recent[0][0][:16], self.recent[0][1][:16]
+            device = next(self.model.parameters()).device
+            memorized = memorize(self.model_factory, x.to(device), y.to(device), self.loss_fn)
+        return {
+            **measured,
+            **memorized,
+            "n_classes": self.n_classes,
+            "ln_classes": math.log(self.n_classes),
+            "final_train_loss": train_loss,
+            "final_train_acc": train_acc,
+            "final_val_loss": val_loss,
+            "final_val_acc": val_acc,
+        }
+
+    def report(self, thresholds: dict[str, float] | None = None) -> "Report":
+        """The verdict, every rule that fired with its evidence, the next step, and the bigger-machine check."""
+        if self._report is None:
+            measured = self.measurements()
+            record = pd.Series({**empty_record(), **measured})
+            findings = diagnose(record, RULES, load_thresholds() if thresholds is None else thresholds)
+            device = next(self.model.parameters()).device
+            checklist = bigger_machine(record, findings, self.val_start, device, self.error)
+            self._report = Report(findings, checklist, self.steps, record, features(record.to_frame().T).iloc[0])
+        return self._report
+
+
+def check_classification(model: nn.Module, batch) -> int:
+    """The number of classes C, or UnsupportedTask if the batch and the model's output are not classification."""
+    if not (
+        isinstance(batch, tuple | list) and len(batch) >= 2 and torch.is_tensor(batch[0]) and torch.is_tensor(batch[1])
+    ):
+        raise UnsupportedTask("batches must be (inputs, targets) pairs of tensors")
+    x, y = batch[0], batch[1]
+    if y.is_floating_point() or y.dim() != 1:
+        raise UnsupportedTask(
+            f"targets of shape {tuple(y.shape)} and type {y.dtype}: the doctor covers classification with one class "
+            "index per example; regression and sequence targets are not supported yet"
+        )
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model(x[:2].to(next(model.parameters()).device))
+    model.train(was_training)
+    if not torch.is_tensor(out) or out.dim() != 2 or out.shape[1] < 2:
+        shape = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
+        raise UnsupportedTask(
+            f"model output {shape}: the doctor covers classification with (batch, C) logits; sequence models and "
+            "other outputs are not supported yet"
+        )
+    return int(out.shape[1])
+
+
+def evaluate(model: nn.Module, loss_fn: Callable, batches: Iterable) -> tuple[float, float]:
+    """Mean loss and accuracy over the batches, in eval mode; the model's mode is restored."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = loss_sum = hits = 0.0
+    with torch.no_grad():
+        for batch in batches:
+            x, y = batch[0].to(device), batch[1].to(device)
+            logits = model(x)
+            loss_sum += float(loss_fn(logits, y)) * len(y)
+            hits += float((logits.argmax(dim=1) == y).sum())
+            total += len(y)
+    model.train(was_training)
+    return (loss_sum / total, hits / total) if total else (math.nan, math.nan)
+
+
+def cycle(batches: Callable[[], Iterable] | Iterable) -> Iterator:
+    """Batches without end: a new pass over `batches` (a DataLoader, or a function returning one) each epoch."""
+    for _ in itertools.count():
+        source = batches() if callable(batches) else batches
+        empty = True
+        for batch in source:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("the batches are empty")
+
+
+def probe(
+    model_factory: Callable[[], nn.Module],
+    batches: Callable[[], Iterable] | Iterable,
+    loss_fn: Callable,
+    optimizer_factory: Callable,
+    steps: int = 300,
+    validation: Iterable | None = None,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> "Report":
+    """Run a short standard training loop on the recipe's pieces under the doctor and return its report."""
+    torch.manual_seed(seed)
+    device = torch.device(device)
+    model = model_factory().to(device)
+    optimizer = optimizer_factory(model.parameters())
+    doctor = Doctor(model, optimizer, loss_fn, validation=validation, model_factory=model_factory)
+    model.train()
+    try:
+        for _step, (x, y) in zip(range(steps), doctor.watch(cycle(batches)), strict=False):
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+    except torch.OutOfMemoryError as error:
+        doctor.error = error  # the report's bigger-machine section says so
+    return doctor.report()
+
+
+class Report:
+    """What the doctor found: findings in rule order (the first is the verdict) and the bigger-machine check."""
+
+    def __init__(
+        self, findings: list[Finding], checklist: list, steps: int, record: pd.Series, feature_values: pd.Series
+    ):
+        self.findings, self.checklist, self.steps = findings, checklist, steps
+        self.record, self.features = record, feature_values
+
+    @property
+    def verdict(self) -> str:
+        return self.findings[0].verdict
+
+    def to_dict(self) -> dict:
+        def plain(value):
+            return None if isinstance(value, float) and math.isnan(value) else value
+
+        return {
+            "verdict": self.verdict,
+            "steps": self.steps,
+            "findings": [
+                {"verdict": f.verdict, "evidence": f.evidence, "next_step": f.next_step, "margin": plain(f.margin)}
+                for f in self.findings
+            ],
+            "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
+            "measurements": {k: plain(float(v)) for k, v in self.features.items()},
+        }
+
+    def __str__(self) -> str:
+        first = self.findings[0]
+        lines = [f"verdict: {self.verdict}  (from {self.steps} training steps)"]
+        for i, finding in enumerate(self.findings, 1):
+            sure = "" if math.isnan(finding.margin) else f"  [{_margin(finding)}]"
+            lines += [f"  {i}. {finding.verdict}: {finding.evidence}{sure}", f"     next: {finding.next_step}"]
+        if first.verdict != "healthy" and len(self.findings) == 1:
+            lines.append("  (no other rule fired)")
+        elif len(self.findings) > 1:
+            lines.append("  (later findings can follow from the first: fix it and run the doctor again)")
+        lines.append("is a bigger machine the answer?")
+        lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist[:-1]]
+        lines.append(f"  => {self.checklist[-1].detail}")
+        return "\n".join(lines)
+
+
+def _margin(finding: Finding) -> str:
+    rule = next(r for r in RULES if r.verdict == finding.verdict)
+    from analysis.rules import FEATURES
+
+    if FEATURES[rule.feature][1]:
+        return f"{finding.margin:.1f}x past its threshold"
+    return f"{finding.margin:+.2f} past its threshold"
+
+
+def timed_probe(*args, **kwargs) -> tuple["Report", float]:
+    """`probe`, and the seconds it took to reach its verdict."""
+    start = time.perf_counter()
+    report = probe(*args, **kwargs)
+    return report, time.perf_counter() - start

@@ -1,0 +1,102 @@
+"""Is a bigger machine the answer? The study's checklist, each line with its measured number.
+
+A bigger machine helps a run that learns, whose loader keeps up, whose accelerator (if any) is busy, and that
+still runs out of memory after the cheaper fixes. Anything short of that names what to fix first: a bigger
+machine would only reproduce the failure sooner, at a higher price.
+"""
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from analysis.rules import HEALTHY, Finding, load_thresholds
+
+LOADER_FIXES = (
+    "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4), or decode and "
+    "augment once and cache (PyTorch performance tuning guide)"
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    check: str
+    ok: bool
+    detail: str
+
+
+def bigger_machine(record: pd.Series, findings: list[Finding], val_start, device: torch.device, error) -> list[Check]:
+    """The checklist; its last line is the conclusion."""
+    checks = []
+    ln_c = record.ln_classes
+    memorized = record.memorize_best_loss
+    if math.isnan(memorized):
+        memorizes, memo = True, "not measured (no model factory given)"
+    else:
+        memorizes = memorized < 0.1 * ln_c
+        memo = f"best loss {memorized:.3g} on 16 examples (below {0.1 * ln_c:.2f} = 0.1 ln C means it can)"
+    if val_start is not None and not math.isnan(record.final_val_acc):
+        improves = record.final_val_acc > val_start[1] + 0.05
+        progress = f"validation accuracy {val_start[1]:.0%} -> {record.final_val_acc:.0%}"
+    else:
+        curve = record.train_loss_curve
+        tenth = max(1, len(curve) // 10)
+        head, tail = sum(curve[:tenth]) / tenth, sum(curve[-tenth:]) / tenth
+        improves = tail < 0.5 * head
+        progress = f"training loss {head:.3g} -> {tail:.3g} over the first and last tenth (no validation given)"
+    checks.append(Check("it learns", memorizes and improves, f"{memo}; {progress}"))
+
+    verdict = findings[0].verdict
+    checks.append(
+        Check(
+            "no fault named",
+            verdict == HEALTHY,
+            "the rules found none" if verdict == HEALTHY else f"the rules name {verdict}",
+        )
+    )
+
+    wait, limit = record.data_wait_share, load_thresholds()["starved_loader"]
+    fed = not wait > limit
+    detail = f"waited for data {wait:.0%} of the loop (the rules call {limit:.0%} starved)"
+    checks.append(Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {LOADER_FIXES}"))
+
+    if device.type == "cuda":
+        busy = 1.0 - wait
+        checks.append(
+            Check(
+                "the accelerator is busy",
+                busy > 0.8,
+                f"{busy:.0%} of the loop outside data waits (an upper bound on GPU busy time)",
+            )
+        )
+    else:
+        checks.append(Check("the accelerator is busy", True, "no accelerator: the run is on the CPU"))
+
+    out_of_memory = isinstance(error, torch.OutOfMemoryError)
+    if device.type == "cuda":
+        peak, total = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+        memory = f"peak {peak / 2**30:.2f} of {total / 2**30:.1f} GiB"
+    else:
+        memory = "CPU run"
+    ran_out = f"ran out of memory ({error})" if out_of_memory else f"did not run out ({memory})"
+    checks.append(Check("memory is what runs out", out_of_memory, ran_out))
+
+    if not checks[0].ok or not checks[1].ok:
+        fix = verdict if verdict != HEALTHY else "why it does not learn"
+        conclusion = f"no: fix {fix} first; a bigger machine would reproduce the failure sooner, at a higher price"
+    elif not fed:
+        conclusion = "no: the loader is the bottleneck; feed the model faster first"
+    elif not checks[3].ok:
+        conclusion = "no: the accelerator waits; find what it waits for before buying a bigger one"
+    elif out_of_memory:
+        conclusion = (
+            "it may help: the run learns and is fed, but ran out of memory; first try a smaller batch, mixed "
+            "precision and activation checkpointing"
+        )
+    else:
+        conclusion = (
+            "not needed: the run learns, is fed, and fits in memory; a bigger machine would only make it faster"
+        )
+    checks.append(Check("conclusion", checks[-1].ok and all(c.ok for c in checks[:4]), conclusion))
+    return checks

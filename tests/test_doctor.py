@@ -1,0 +1,216 @@
+"""The doctor on a model family the grid does not use (a small CNN on digits' 8x8 images), on the CPU."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import ROOT
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+sys.path.insert(0, str(ROOT / "examples"))
+from digits_cnn import TRAIN, VAL, SmallCNN
+
+from doctor import Doctor, UnsupportedTask, probe
+
+STEPS = 200
+
+# Each planted fault as a change to the CNN recipe: model, data, optimizer or the loop itself.
+FAULTS = {
+    "healthy": {},
+    "lr_too_high": {"lr": 0.1},
+    "lr_too_low": {"lr": 1e-6},
+    "no_zero_grad": {"zero_grad": False},
+    "unscaled_inputs": {"scale": 255.0},
+    "dead_relu": {"bias": -3.0},
+    "model_too_small": {"channels": 2, "hidden": 8},  # a bottleneck narrower than the 10 classes
+    "shuffled_labels": {"shuffle_labels": True},
+    "frozen_params": {"frozen": True},
+    "starved_loader": {"latency": 0.004},
+}
+
+
+def cnn_factory(channels=16, hidden=64, bias=None, frozen=False):
+    def make():
+        net = SmallCNN(channels=channels, hidden=hidden, batchnorm=False)  # BatchNorm would hide input scale and biases
+        if bias is not None:
+            for layer in net.modules():
+                if isinstance(layer, nn.Conv2d | nn.Linear) and layer is not net.head[-1]:
+                    nn.init.constant_(layer.bias, bias)
+        if frozen:
+            net.features.requires_grad_(False)
+            net.head[1].requires_grad_(False)
+        return net
+
+    return make
+
+
+def training_batches(scale=1.0, shuffle_labels=False, latency=0.0):
+    images, labels = TRAIN.tensors
+    if shuffle_labels:
+        labels = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))]
+    images = images * scale
+    order = torch.randperm(len(labels))  # whole-batch indexing: a DataLoader over tiny tensors waits per item
+    for start in range(0, len(labels) - 63, 64):
+        if latency:
+            time.sleep(latency)
+        index = order[start : start + 64]
+        yield images[index], labels[index]
+
+
+def validation(scale=1.0):
+    images, labels = VAL.tensors
+    return [(images * scale, labels)]
+
+
+def wrapped_run(fault: str, steps: int = STEPS):
+    """A user's own loop with the doctor's three lines, the planted fault in its pieces or its loop."""
+    knobs = FAULTS[fault]
+    torch.manual_seed(0)
+    make = cnn_factory(**{k: knobs[k] for k in ("channels", "hidden", "bias", "frozen") if k in knobs})
+    net = make()
+    optimizer = torch.optim.Adam(net.parameters(), lr=knobs.get("lr", 1e-3))
+    loss_fn = nn.CrossEntropyLoss()
+    data = {k: knobs[k] for k in ("scale", "shuffle_labels", "latency") if k in knobs}
+    doctor = Doctor(net, optimizer, loss_fn, validation=validation(knobs.get("scale", 1.0)), model_factory=make)
+    step = 0
+    while step < steps:
+        for x, y in doctor.watch(training_batches(**data)):
+            loss = loss_fn(net(x), y)
+            if knobs.get("zero_grad", True):
+                optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+            step += 1
+            if step == steps:
+                break
+    return doctor.report()
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_doctor_names_each_planted_fault_on_a_cnn(fault):
+    report = wrapped_run(fault)
+    assert report.verdict == fault, str(report)
+    assert report.steps == STEPS
+    assert report.checklist[-1].check == "conclusion"
+    if fault != "healthy":
+        assert report.checklist[-1].detail.startswith("no: ")
+
+
+def test_wrapped_loop_and_probe_agree_on_the_same_run():
+    knobs = FAULTS["lr_too_high"]
+    make = cnn_factory()
+    probed = probe(
+        make,
+        lambda: training_batches(),
+        nn.CrossEntropyLoss(),
+        lambda params: torch.optim.Adam(params, lr=knobs["lr"]),
+        steps=STEPS,
+        validation=validation(),
+    )
+    wrapped = wrapped_run("lr_too_high")
+    assert probed.verdict == wrapped.verdict == "lr_too_high"
+    assert [f.verdict for f in probed.findings][:1] == [f.verdict for f in wrapped.findings][:1]
+
+
+class Indexed(Dataset):
+    def __len__(self):
+        return len(TRAIN)
+
+    def __getitem__(self, index):
+        return TRAIN[index]
+
+
+def test_a_dataloader_with_workers_and_a_batchnorm_cnn_work():
+    report = probe(
+        lambda: SmallCNN(batchnorm=True),
+        lambda: DataLoader(Indexed(), batch_size=64, shuffle=True, num_workers=2, drop_last=True),
+        nn.CrossEntropyLoss(),
+        lambda params: torch.optim.Adam(params, lr=1e-3),
+        steps=100,
+        validation=validation(),
+    )
+    assert report.verdict in {"healthy", "starved_loader"}  # worker start-up each epoch can make it wait
+    assert report.steps == 100 and 0.0 <= report.features["data_wait_share"] < 1.0
+
+
+def test_unsupported_tasks_are_refused_clearly():
+    regression = TensorDataset(torch.randn(32, 4), torch.randn(32))
+    with pytest.raises(UnsupportedTask, match="regression and sequence targets are not supported"):
+        probe(
+            lambda: nn.Linear(4, 1),
+            lambda: DataLoader(regression, batch_size=8),
+            nn.MSELoss(),
+            lambda p: torch.optim.SGD(p, lr=0.1),
+            steps=5,
+        )
+
+    class Sequence(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(4, 8, batch_first=True)
+
+        def forward(self, x):
+            return self.gru(x)[0]
+
+    tokens = TensorDataset(torch.randn(16, 5, 4), torch.randint(0, 8, (16,)))
+    with pytest.raises(UnsupportedTask, match="model output"):
+        probe(
+            Sequence,
+            lambda: DataLoader(tokens, batch_size=4),
+            nn.CrossEntropyLoss(),
+            lambda p: torch.optim.SGD(p, lr=0.1),
+            steps=5,
+        )
+
+
+def test_the_command_line_runs_an_example_end_to_end(tmp_path):
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "doctor", "examples/cnn_no_zero_grad.py", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr  # a fault was named
+    assert result.stdout.startswith("verdict: no_zero_grad")
+    assert "is a bigger machine the answer?" in result.stdout and "=> no: fix no_zero_grad first" in result.stdout
+    document = json.loads(out.read_text())
+    assert document["verdict"] == "no_zero_grad" and document["findings"][0]["margin"] > 1
+    assert document["measurements"]["accumulation_ratio"] > 4
+
+
+def test_the_command_line_refuses_a_broken_recipe(tmp_path):
+    recipe = tmp_path / "incomplete.py"
+    recipe.write_text("def model():\n    return None\n")
+    result = subprocess.run([sys.executable, "-m", "doctor", str(recipe)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "error: recipe incomplete.py lacks batches, loss, optimizer (see `python -m doctor --help`)"
+    )
+
+
+def test_three_lines_without_validation_or_factory_still_report():
+    torch.manual_seed(0)
+    net = SmallCNN(batchnorm=True)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    epochs = [batch for _ in range(10) for batch in training_batches()]
+    doctor = Doctor(net, optimizer, loss_fn, epochs)  # the batches given: iterate the doctor itself
+    for x, y in doctor:
+        loss = loss_fn(net(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+    report = doctor.report()
+    assert report.steps == 10 * (len(TRAIN) // 64) and report.verdict == "healthy", str(report)
+    learns = report.checklist[0]
+    assert "not measured (no model factory given)" in learns.detail and "no validation given" in learns.detail
+    assert report is doctor.report()  # asked twice, measured once
