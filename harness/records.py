@@ -154,11 +154,16 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> int:
 
 
 def record_status(folder: str | os.PathLike, cell_id: str) -> str | None:
-    """Status of the stored record of a cell, or None if there is none (or it cannot be read)."""
+    """Status of the stored record of a cell.
+
+    None if there is none or it cannot be read; "stale" if it was written with another schema version, so
+    that a sweep measures it again.
+    """
     path = record_path(folder, cell_id)
     if not path.exists():
         return None
     try:
-        return pq.read_table(path, columns=["status"]).column("status")[0].as_py()
-    except (OSError, pa.ArrowException):
+        stored = pq.read_table(path, columns=["status", "schema_version"]).to_pylist()[0]
+    except (OSError, pa.ArrowException, KeyError):
         return None
+    return stored["status"] if stored["schema_version"] == SCHEMA_VERSION else "stale"

@@ -83,6 +83,11 @@ def test_stale_temporaries_of_dead_writers_are_removed(records):
     assert not dead.exists() and alive.exists()
 
 
+def test_a_record_of_another_schema_version_is_stale(record, records):
+    write_record({**record, "schema_version": SCHEMA_VERSION - 1}, records)
+    assert record_status(records, record["cell_id"]) == "stale"
+
+
 def test_status_of_a_missing_or_unreadable_record_is_none(records):
     records.mkdir()
     assert record_status(records, "nothing") is None
