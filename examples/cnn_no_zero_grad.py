@@ -1,27 +1,11 @@
-"""A small CNN on digits whose training loop forgets optimizer.zero_grad(): gradients pile up step after step.
+"""The healthy CNN recipe, trained by the user's own loop, which forgets optimizer.zero_grad().
 
-The loop in train() is the user's own; the doctor adds three lines (marked). Run it with
+Gradients pile up step after step. The loop in train() is the user's; the doctor adds three lines (marked). Run it with
     python -m doctor examples/cnn_no_zero_grad.py
 """
 
 import torch
-from digits_cnn import TRAIN, SmallCNN, validation  # noqa: F401 - validation is part of the recipe
-from torch import nn
-from torch.utils.data import DataLoader
-
-loss = nn.CrossEntropyLoss()
-
-
-def model():
-    return SmallCNN(batchnorm=True)
-
-
-def batches():
-    return DataLoader(TRAIN, batch_size=64, shuffle=True, drop_last=True)
-
-
-def optimizer(params):
-    return torch.optim.Adam(params, lr=1e-3)
+from healthy_cnn import batches, loss, model, optimizer, validation  # noqa: F401 - the recipe's pieces
 
 
 def train(Doctor):
