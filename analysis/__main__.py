@@ -1,6 +1,7 @@
-"""Command line of the analysis: `fit` writes the fitted thresholds, `report` scores and writes the report.
+"""Command line of the analysis: `fit`, `report` and `devices` subcommands.
 
-`python -m analysis fit RUNS`, `python -m analysis report RUNS` (RUNS defaults to runs/default).
+`python -m analysis fit RUNS` writes the fitted thresholds; `python -m analysis report RUNS` scores and writes
+the report; `python -m analysis devices runs/devices` prints the device study with its crossover table last.
 """
 
 import argparse
@@ -14,9 +15,12 @@ from analysis.rules import THRESHOLDS_FILE
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
-    parser.add_argument("command", choices=["fit", "report"])
+    parser.add_argument("command", choices=["fit", "report", "devices"])
     parser.add_argument("records", nargs="?", default="runs/default", help="records folder (default: runs/default)")
     parser.add_argument("--out", default="reports", help="report folder (default: reports)")
+    parser.add_argument(
+        "--devices", default="runs/devices", help="device study records for the report (default: runs/devices)"
+    )
     parser.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -24,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     except (NoRecords, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.command == "devices":
+        from analysis.devices import study_table, summary
+
+        print(summary(study_table(records)))
+        return 0
     if args.command == "fit":
         thresholds = write_thresholds(records, Path(args.thresholds))
         for verdict, value in thresholds.items():
@@ -32,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from analysis.report import build  # matplotlib only when a report is asked for
 
-    text, _ = build(records, Path(args.out))
+    text, _ = build(records, Path(args.out), Path(args.devices))
     print(text)
     return 0
 

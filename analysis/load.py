@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.records import SCHEMA
+from harness.records import SCHEMA, SCHEMA_VERSION
 
 
 class NoRecords(FileNotFoundError):
@@ -17,30 +17,43 @@ class NoRecords(FileNotFoundError):
 def load_records(folder: str | Path) -> pd.DataFrame:
     """Every record in `folder` as one DataFrame (one row per cell, the columns of harness.records.SCHEMA).
 
-    Files that cannot be read, or that are not records of this schema, are skipped with a warning naming
-    them; temporary files (names starting with "." or "_") are ignored. Duplicate cell ids are refused.
+    Records written by an older schema version load too, with the columns added since left empty (a warning
+    says how many; `make sweep` measures them again). Files that cannot be read, or are not records of this
+    project, are skipped with a warning naming them; temporary files (names starting with "." or "_") are
+    ignored. Duplicate cell ids are refused.
     """
     folder = Path(folder)
     paths = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
-    tables, skipped = [], []
+    tables, skipped, older = [], {}, 0
     for path in paths:
         try:
             table = pq.read_table(path)
-        except (OSError, pa.ArrowException) as error:
-            skipped.append(f"{path.name} (unreadable: {error})")
+        except (OSError, pa.ArrowException):
+            skipped.setdefault("unreadable", []).append(path.name)
             continue
-        missing = [name for name in SCHEMA.names if name not in table.column_names]
-        if missing:
-            skipped.append(
-                f"{path.name} (not a record: lacks {', '.join(missing[:3])}{'...' if len(missing) > 3 else ''})"
-            )
+        if not {"cell_id", "schema_version", "status"} <= set(table.column_names):
+            skipped.setdefault("not a record", []).append(path.name)
             continue
+        for name in SCHEMA.names:
+            if name not in table.column_names:  # added by a later schema version: empty here
+                table = table.append_column(name, pa.nulls(len(table), SCHEMA.field(name).type))
+        older += int(table.column("schema_version")[0].as_py() != SCHEMA_VERSION)
         try:
             tables.append(table.select(SCHEMA.names).cast(SCHEMA))
-        except (pa.ArrowException, ValueError) as error:
-            skipped.append(f"{path.name} (columns of other types: {error})")
+        except (pa.ArrowException, ValueError):
+            skipped.setdefault("columns of other types", []).append(path.name)
     if skipped:
-        warnings.warn(f"skipped {len(skipped)} file(s) in {folder}: " + "; ".join(skipped), stacklevel=2)
+        parts = [
+            f"{len(names)} {reason} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+            for reason, names in skipped.items()
+        ]
+        warnings.warn(f"skipped files in {folder}: " + "; ".join(parts), stacklevel=2)
+    if older:
+        warnings.warn(
+            f"{older} record(s) in {folder} were written by an older schema version: the columns added since are "
+            "empty; `make sweep` measures those cells again",
+            stacklevel=2,
+        )
     if not tables:
         raise NoRecords(f"no records in {folder}: `make sweep RUNS={folder}` produces them")
     frame = pa.concat_tables(tables).to_pandas()

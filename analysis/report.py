@@ -111,7 +111,41 @@ def plot_measurements(records: pd.DataFrame, thresholds: dict[str, float], path:
     plt.close(figure)
 
 
-def build(records: pd.DataFrame, out: Path) -> tuple[str, list[str]]:
+def device_section(folder: Path, out: Path) -> list[str]:
+    """The device study's part of the report, or a line saying how to produce it."""
+    import warnings
+
+    from analysis.devices import crossover, plot, study_table
+    from analysis.load import NoRecords, load_records
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = study_table(load_records(folder))
+    except (NoRecords, ValueError):
+        return [
+            "## When does a GPU pay?",
+            "",
+            f"No device study records in {folder}: `make gpu-study` produces them.",
+            "",
+        ]
+    plot(table, out / "device_study.png")
+    cross = crossover(table)
+    text = [
+        "## When does a GPU pay?",
+        "",
+        f"The device study ({folder}): time per training step of the healthy recipe.",
+    ]
+    if cross is None:
+        text.append(
+            "No GPU figures exist yet: its CUDA cells were skipped on this machine (`make gpu-study` on a GPU machine)."
+        )
+    else:
+        text += ["", _markdown(cross)]
+    return [*text, "", "![device study](device_study.png)", ""]
+
+
+def build(records: pd.DataFrame, out: Path, devices: Path | None = None) -> tuple[str, list[str]]:
     """Write report.md and its PNGs into `out`; return the text printed on the terminal and the accuracy lines."""
     out.mkdir(parents=True, exist_ok=True)
     scores = score(records)
@@ -187,6 +221,7 @@ def build(records: pd.DataFrame, out: Path) -> tuple[str, list[str]]:
         "",
         "![measurements](measurements.png)",
         "",
+        *(device_section(devices, out) if devices is not None else []),
         "## What these scores do not cover",
         "",
         "- Faults were planted one at a time; a real run can have two at once, and one can mask the other.",

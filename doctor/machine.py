@@ -7,6 +7,7 @@ machine would only reproduce the failure sooner, at a higher price.
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -24,6 +25,28 @@ class Check:
     check: str
     ok: bool
     detail: str
+
+
+DEVICE_STUDY = Path("runs/devices")
+
+
+def device_study_line(folder: Path = DEVICE_STUDY) -> str:
+    """What the device study measured about GPUs, where its records exist."""
+    import warnings
+
+    from analysis.devices import crossover, study_table
+    from analysis.load import NoRecords, load_records
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = crossover(study_table(load_records(folder)))
+    except (NoRecords, ValueError, KeyError):
+        return "no device study here yet (`make gpu-study` measures when a GPU pays)"
+    if table is None:
+        return f"the device study in {folder} has no GPU figures yet"
+    wins = [f"batch {b}: from width {row['GPU wins from width']}" for b, row in table.iterrows()]
+    return f"the device study ({folder}) found the GPU faster on the digits MLP at " + "; ".join(wins)
 
 
 def bigger_machine(record: pd.Series, findings: list[Finding], val_start, device: torch.device, error) -> list[Check]:
@@ -71,7 +94,9 @@ def bigger_machine(record: pd.Series, findings: list[Finding], val_start, device
             )
         )
     else:
-        checks.append(Check("the accelerator is busy", True, "no accelerator: the run is on the CPU"))
+        checks.append(
+            Check("the accelerator is busy", True, f"no accelerator: the run is on the CPU; {device_study_line()}")
+        )
 
     out_of_memory = isinstance(error, torch.OutOfMemoryError)
     if device.type == "cuda":

@@ -8,6 +8,7 @@ reuses worker processes from one cell to the next.
 """
 
 import math
+import os
 import platform
 import random
 import socket
@@ -25,6 +26,7 @@ from torch import nn
 from harness.data import load_splits, training_batches
 from harness.instruments import Instruments, NoInstruments, memorize
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, recipe_yaml
+from harness.timing import DeviceClock, NoClock
 
 # Measurements that must be finite numbers in an ok record: if one is not, the harness itself misbehaved.
 REQUIRED_FINITE = ("first_loss", "ln_classes", "data_wait_share", "final_train_acc", "final_val_acc")
@@ -83,6 +85,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     optimizer = instantiate(cfg.optimizer)(model.parameters())
     loss_fn = nn.CrossEntropyLoss()
     instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every) if instrumented else NoInstruments()
+    clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
     batches = instruments.watch(
         training_batches(data.x_train, data.y_train, cfg.data.batch_size, cfg.seed, cfg.data.batch_latency_s)
     )
@@ -94,18 +97,19 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     model.train()
     instruments.log_validation(0, *evaluate(model, x_val, y_val, loss_fn))
     for step in range(1, steps + 1):
-        x, y = next(batches)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        clock.begin_step()
+        x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
         loss = loss_fn(model(x), y)
         if zero_grad:  # the fault "forgotten zero_grad" is this line missing
             optimizer.zero_grad()
         loss.backward()
         instruments.after_backward(loss)
         optimizer.step()
+        clock.end_step()
         if step % eval_every == 0 or step == steps:
             instruments.log_validation(step, *evaluate(model, x_val, y_val, loss_fn))
         check()
-    measurements = instruments.finish()
+    measurements = {**instruments.finish(), **clock.finish()}
 
     train_loss, train_acc = evaluate(model, data.x_train.to(device), data.y_train.to(device), loss_fn)
     val_loss, val_acc = evaluate(model, x_val, y_val, loss_fn)
@@ -162,7 +166,8 @@ def run_cell(cfg: DictConfig) -> dict:
     try:
         device = resolve_device(cfg.device.name)
         record["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
-        torch.set_num_threads(cfg.run.threads)
+        torch.set_num_threads(cfg.run.threads or len(os.sched_getaffinity(0)))  # 0: every core this process may use
+        record["threads"] = torch.get_num_threads()
         # Dead units and vanishing updates leave denormal floats in Adam's moments, which run up to ten
         # times slower on CPUs; flushing them to zero changes nothing a measurement can see.
         torch.set_flush_denormal(True)

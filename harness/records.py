@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 2  # 2: update_ratio_curve, update_ratio_peak
+SCHEMA_VERSION = 3  # 2: update_ratio_curve, update_ratio_peak; 3: the device study's timings, threads
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -36,6 +36,7 @@ _COLUMNS = [
     ("python_version", _str, "platform.python_version()"),
     ("host", _str, "machine that ran the cell"),
     ("device_name", _str, "GPU name, or the CPU architecture"),
+    ("threads", _i64, "torch threads the cell ran with"),
     ("config_yaml", _str, "the resolved recipe (config without run.*) as YAML"),
     # the problem
     ("n_classes", _i64, "number of classes C"),
@@ -74,6 +75,15 @@ _COLUMNS = [
     ("data_wait_s", _f64, "seconds the loop waited for batches"),
     ("loop_s", _f64, "seconds of the training loop"),
     ("data_wait_share", _f64, "data_wait_s / loop_s"),
+    # where a step's time goes (harness/timing.py), after loop.timing_warmup steps
+    ("step_time_s", _f64, "seconds per training step, synchronized with the GPU"),
+    ("copy_share", _f64, "share of the loop spent copying batches to the device"),
+    (
+        "gpu_busy_share",
+        _f64,
+        "GPU time from the start to the end of each step over wall time (upper bound); NaN on CPU",
+    ),
+    ("peak_memory_bytes", _i64, "CUDA peak allocation; on the CPU, the process's largest resident set seen"),
     # curves
     ("train_loss_curve", pa.list_(_f64), "training loss at every step"),
     ("nonfinite_losses", _i64, "steps whose training loss was NaN or infinite"),

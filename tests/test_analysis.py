@@ -124,6 +124,16 @@ def test_load_records_skips_bad_and_foreign_files_and_refuses_duplicates(tmp_pat
         load_records(folder)
 
 
+def test_records_of_an_older_schema_load_with_the_new_columns_empty(tmp_path):
+    folder = tmp_path / "records"
+    write_record({**record().to_dict(), "cell_id": "old", "started_at": None, "schema_version": 2}, folder)
+    path = folder / "old.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["step_time_s", "threads"]), path)
+    with pytest.warns(UserWarning, match="1 record.*older schema version"):
+        frame = load_records(folder)
+    assert frame.cell_id.tolist() == ["old"] and pd.isna(frame.step_time_s[0]) and pd.isna(frame.threads[0])
+
+
 def test_no_records_says_which_command_makes_them(tmp_path):
     with pytest.raises(NoRecords, match="make sweep"):
         load_records(tmp_path / "nothing")

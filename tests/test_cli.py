@@ -5,13 +5,14 @@ A fault or dataset kept outside the repository works through --config-dir, as th
 
 import pandas as pd
 import pytest
-from conftest import FAULTS, SHORT, run_entry
+from conftest import CONF, FAULTS, SHORT, run_entry
 
 BAD = {
     "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS),
     "dataset=mnist": "unknown dataset 'mnist'; valid choices: digits, synthetic",
     "device=tpu": "unknown device 'tpu'; valid choices: cpu, cuda",
-    "+sweep=huge": "unknown sweep 'huge'; valid choices: default, smoke",
+    "+sweep=huge": "unknown sweep 'huge'; valid choices: "
+    + ", ".join(sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))),
     "fault=healthy,nope": "unknown fault 'nope'",
     "fault==": "malformed override 'fault=='",
     "optimizer.lrr=0.1": "Key 'lrr' is not in struct",
