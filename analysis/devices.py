@@ -7,10 +7,6 @@ GPU's step is faster than the CPU's, and by how much. Without CUDA records it sa
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 from omegaconf import OmegaConf
 
@@ -68,6 +64,11 @@ def crossover(table: pd.DataFrame) -> pd.DataFrame | None:
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Time per step against width, one line per device and batch size (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only
+    import matplotlib.pyplot as plt  # imported here: the doctor reads the study without drawing it
+
     ok = table[table.status == "ok"]
     figure, axis = plt.subplots(figsize=(7, 5))
     for (device, batch), group in ok.groupby(["device", "batch_size"]):
