@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke gpu-study fit report doctor test test-all lint format bench bench-doctor clean-runs
+.PHONY: help setup sweep smoke early gpu-study fit report doctor test test-all lint format bench bench-doctor clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -37,6 +37,10 @@ sweep: setup ## run the grid SWEEP (default: 10 conditions x 5 seeds x 2 dataset
 
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke
 	$(MAKE) sweep SWEEP=smoke
+
+early: setup ## the default grid cut to 50..600 steps into runs/early; scores the rules at each budget (about 4 minutes)
+	$(MAKE) sweep SWEEP=early
+	$(BIN)/python -m analysis early runs/early
 
 gpu-study: setup ## the device study (width x batch x cpu/cuda) into runs/devices; prints the crossover table last
 	$(MAKE) sweep SWEEP=devices

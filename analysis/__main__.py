@@ -1,7 +1,8 @@
-"""Command line of the analysis: `fit`, `report` and `devices` subcommands.
+"""Command line of the analysis: `fit`, `report`, `devices` and `early` subcommands.
 
 `python -m analysis fit RUNS` writes the fitted thresholds; `python -m analysis report RUNS` scores and writes
-the report; `python -m analysis devices runs/devices` prints the device study with its crossover table last.
+the report; `python -m analysis devices runs/devices` prints the device study with its crossover table last;
+`python -m analysis early runs/early` scores the rules on runs cut to 50..600 steps.
 """
 
 import argparse
@@ -15,12 +16,13 @@ from analysis.rules import THRESHOLDS_FILE
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
-    parser.add_argument("command", choices=["fit", "report", "devices"])
+    parser.add_argument("command", choices=["fit", "report", "devices", "early"])
     parser.add_argument("records", nargs="?", default="runs/default", help="records folder (default: runs/default)")
     parser.add_argument("--out", default="reports", help="report folder (default: reports)")
     parser.add_argument(
         "--devices", default="runs/devices", help="device study records for the report (default: runs/devices)"
     )
+    parser.add_argument("--early", default="runs/early", help="short-run records for the report (default: runs/early)")
     parser.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -33,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print(summary(study_table(records)))
         return 0
+    if args.command == "early":
+        from analysis.early import accuracy_by_budget, accuracy_lines
+
+        summary = accuracy_by_budget(records)
+        print(summary.to_string(index=False))
+        print("\n".join(accuracy_lines(summary)))
+        return 0
     if args.command == "fit":
         thresholds = write_thresholds(records, Path(args.thresholds))
         for verdict, value in thresholds.items():
@@ -41,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from analysis.report import build  # matplotlib only when a report is asked for
 
-    text, _ = build(records, Path(args.out), Path(args.devices))
+    text, _ = build(records, Path(args.out), Path(args.devices), Path(args.early))
     print(text)
     return 0
 

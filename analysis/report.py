@@ -145,13 +145,51 @@ def device_section(folder: Path, out: Path) -> list[str]:
     return [*text, "", "![device study](device_study.png)", ""]
 
 
-def build(records: pd.DataFrame, out: Path, devices: Path | None = None) -> tuple[str, list[str]]:
+def early_section(folder: Path, out: Path) -> tuple[list[str], list[str]]:
+    """How early the rules can be trusted (the report's part and its accuracy lines), where records exist."""
+    import warnings
+
+    from analysis.early import accuracy_by_budget, accuracy_lines, plot
+    from analysis.load import NoRecords, load_records
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            summary = accuracy_by_budget(load_records(folder))
+    except (NoRecords, ValueError):
+        return [
+            "## How early can the doctor be trusted?",
+            "",
+            f"No short-run records in {folder}: `make early` produces them.",
+            "",
+        ], []
+    plot(summary, out / "early.png")
+    table = summary.assign(score=summary.correct.astype(str) + "/" + summary.total.astype(str))
+    table = table.pivot(index="steps", columns="dataset", values="score")
+    text = [
+        "## How early can the doctor be trusted?",
+        "",
+        f"The fitted rules (thresholds from the 600-step digits runs) on runs of each length ({folder}); "
+        "the doctor's report says how many steps its verdict rests on.",
+        "",
+        _markdown(table),
+        "",
+        "![early](early.png)",
+        "",
+    ]
+    return text, accuracy_lines(summary)
+
+
+def build(
+    records: pd.DataFrame, out: Path, devices: Path | None = None, early: Path | None = None
+) -> tuple[str, list[str]]:
     """Write report.md and its PNGs into `out`; return the text printed on the terminal and the accuracy lines."""
     out.mkdir(parents=True, exist_ok=True)
     scores = score(records)
     ok, predictions, correct = scores["records"], scores["predictions"], scores["correct"]
     thresholds = load_thresholds()
-    lines = accuracy_lines(scores["accuracy"])
+    early_text, early_lines = early_section(early, out) if early is not None else ([], [])
+    lines = accuracy_lines(scores["accuracy"]) + early_lines
     skipped = records[records.status != "ok"]
 
     accuracy_table = scores["accuracy"].assign(score=lambda a: a.correct.astype(str) + "/" + a.total.astype(str))
@@ -222,6 +260,7 @@ def build(records: pd.DataFrame, out: Path, devices: Path | None = None) -> tupl
         "![measurements](measurements.png)",
         "",
         *(device_section(devices, out) if devices is not None else []),
+        *early_text,
         "## What these scores do not cover",
         "",
         "- Faults were planted one at a time; a real run can have two at once, and one can mask the other.",
