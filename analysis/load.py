@@ -14,6 +14,16 @@ class NoRecords(FileNotFoundError):
     """The folder holds no readable record."""
 
 
+def optional_records(folder: str | Path) -> pd.DataFrame | None:
+    """The records of a side study (the device study, the short runs) if the folder holds any, quietly; else None."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return load_records(folder)
+        except (NoRecords, ValueError):
+            return None
+
+
 def load_records(folder: str | Path) -> pd.DataFrame:
     """Every record in `folder` as one DataFrame (one row per cell, the columns of harness.records.SCHEMA).
 

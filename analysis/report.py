@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.fit import TUNED_DATASET
+from analysis.load import optional_records
 from analysis.rules import FEATURES, HEALTHY, RULES, diagnose, load_thresholds
 from analysis.score import METHODS, accuracy_lines, confusion, per_fault, role, score
 
@@ -113,22 +114,17 @@ def plot_measurements(records: pd.DataFrame, thresholds: dict[str, float], path:
 
 def device_section(folder: Path, out: Path) -> list[str]:
     """The device study's part of the report, or a line saying how to produce it."""
-    import warnings
-
     from analysis.devices import crossover, plot, study_table
-    from analysis.load import NoRecords, load_records
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            table = study_table(load_records(folder))
-    except (NoRecords, ValueError):
+    records = optional_records(folder)
+    if records is None:
         return [
             "## When does a GPU pay?",
             "",
             f"No device study records in {folder}: `make gpu-study` produces them.",
             "",
         ]
+    table = study_table(records)
     plot(table, out / "device_study.png")
     cross = crossover(table)
     text = [
@@ -147,22 +143,17 @@ def device_section(folder: Path, out: Path) -> list[str]:
 
 def early_section(folder: Path, out: Path) -> tuple[list[str], list[str]]:
     """How early the rules can be trusted (the report's part and its accuracy lines), where records exist."""
-    import warnings
-
     from analysis.early import accuracy_by_budget, accuracy_lines, plot
-    from analysis.load import NoRecords, load_records
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            summary = accuracy_by_budget(load_records(folder))
-    except (NoRecords, ValueError):
+    records = optional_records(folder)
+    if records is None:
         return [
             "## How early can the doctor be trusted?",
             "",
             f"No short-run records in {folder}: `make early` produces them.",
             "",
         ], []
+    summary = accuracy_by_budget(records)
     plot(summary, out / "early.png")
     table = summary.assign(score=summary.correct.astype(str) + "/" + summary.total.astype(str))
     table = table.pivot(index="steps", columns="dataset", values="score")

@@ -32,17 +32,13 @@ DEVICE_STUDY = Path("runs/devices")
 
 def device_study_line(folder: Path = DEVICE_STUDY) -> str:
     """What the device study measured about GPUs, where its records exist."""
-    import warnings
-
     from analysis.devices import crossover, study_table
-    from analysis.load import NoRecords, load_records
+    from analysis.load import optional_records
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            table = crossover(study_table(load_records(folder)))
-    except (NoRecords, ValueError, KeyError):
+    records = optional_records(folder)
+    if records is None:
         return "no device study here yet (`make gpu-study` measures when a GPU pays)"
+    table = crossover(study_table(records))
     if table is None:
         return f"the device study in {folder} has no GPU figures yet"
     wins = [f"batch {b}: from width {row['GPU wins from width']}" for b, row in table.iterrows()]
