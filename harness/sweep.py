@@ -8,6 +8,7 @@ the workers when the first cell runs there.
 
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,7 +58,12 @@ def run_cells(
     duplicate (a cell whose recipe another job of this sweep already has).
     """
     started = time.perf_counter()
-    with Parallel(n_jobs=n_jobs, backend=backend, return_as="generator_unordered") as parallel:
+    with (
+        warnings.catch_warnings(),
+        Parallel(n_jobs=n_jobs, backend=backend, return_as="generator_unordered") as parallel,
+    ):
+        # When every cell is done already, the workers' warm-up is dropped unfinished: joblib warns about it.
+        warnings.filterwarnings("ignore", message=r".*tasks which were still being processed", category=UserWarning)
         warming = parallel(delayed(warm_worker)() for _ in range(effective_n_jobs(n_jobs)))
         cells = cells() if callable(cells) else cells
         counts, problems, folders = _run(cells, parallel, warming, out)
@@ -94,6 +100,9 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple
             remove_stale_temporaries(folder)
 
     problems = []
+    if not todo:  # nothing to run: no need to wait for the workers' warm-up
+        warming.close()
+        return counts, problems, folders
     list(warming)  # one Parallel call at a time: the warm-up has to be finished before the cells go out
     with tqdm(total=len(todo), unit="cell", desc="cells", file=out, dynamic_ncols=True, mininterval=1) as bar:
         if todo:

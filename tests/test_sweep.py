@@ -31,6 +31,7 @@ def test_smoke_sweep_end_to_end_then_resume_then_force(records):
 
     again = run_entry("+sweep=smoke", f"run.records={records}")
     assert again.returncode == 0 and "ran 0" in again.stderr and "already done 4" in again.stderr
+    assert "Warning" not in again.stderr
     assert mtimes(records) == written
 
     lost = sorted(written)[:2]
