@@ -22,7 +22,7 @@ help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-11s %s\n", $$1, $$2}'
 	@echo "variables: SWEEP=$(SWEEP) RUNS=$(RUNS) JOBS=(all cores) FORCE=(unset) ARGS=(Hydra overrides)"
-	@echo "           TORCH=\"$(TORCH)\" PYTHON=$(PYTHON) VENV=$(VENV)"
+	@echo "           RECIPE=$(RECIPE) TORCH=\"$(TORCH)\" PYTHON=$(PYTHON) VENV=$(VENV)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
