@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.fit import TUNED_DATASET
 from analysis.load import optional_records
-from analysis.rules import FEATURES, HEALTHY, RULES, diagnose, load_thresholds
+from analysis.rules import FEATURES, HEALTHY, RULES, diagnose, features, load_thresholds
 from analysis.score import METHODS, accuracy_lines, confusion, per_fault, role, score
 
 
@@ -83,8 +83,6 @@ def plot_confusion(table: pd.DataFrame, title: str, path: Path) -> None:
 
 def plot_measurements(records: pd.DataFrame, thresholds: dict[str, float], path: Path) -> None:
     """Each rule's measurement against the planted fault, both datasets, with the fitted threshold drawn."""
-    from analysis.rules import features
-
     table = features(records)
     faults = sorted(records.diagnosis.unique(), key=lambda f: (f != HEALTHY, f))
     figure, axes = plt.subplots(3, 3, figsize=(16, 12))

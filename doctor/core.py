@@ -17,7 +17,6 @@ analysis.rules with the thresholds fitted on the grid; nothing here knows what f
 
 import itertools
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
@@ -27,6 +26,7 @@ from torch import nn
 
 from analysis.rules import RULES, Finding, diagnose, features, load_thresholds
 from doctor.machine import bigger_machine
+from harness.cell import evaluate
 from harness.instruments import Instruments, memorize
 from harness.records import empty_record
 
@@ -119,9 +119,11 @@ class Doctor:
         if self._report is None:
             measured = self.measurements()
             record = pd.Series({**empty_record(), **measured})
-            findings = diagnose(record, RULES, load_thresholds() if thresholds is None else thresholds)
+            thresholds = load_thresholds() if thresholds is None else thresholds
+            findings = diagnose(record, RULES, thresholds)
             device = next(self.model.parameters()).device
-            checklist = bigger_machine(record, findings, self.val_start, device, self.error)
+            starved = thresholds["starved_loader"]
+            checklist = bigger_machine(record, findings, self.val_start, device, self.error, starved)
             self._report = Report(findings, checklist, self.steps, record, features(record.to_frame().T).iloc[0])
         return self._report
 
@@ -150,23 +152,6 @@ def check_classification(model: nn.Module, batch) -> int:
             "other outputs are not supported yet"
         )
     return int(out.shape[1])
-
-
-def evaluate(model: nn.Module, loss_fn: Callable, batches: Iterable) -> tuple[float, float]:
-    """Mean loss and accuracy over the batches, in eval mode; the model's mode is restored."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    total = loss_sum = hits = 0.0
-    with torch.no_grad():
-        for batch in batches:
-            x, y = batch[0].to(device), batch[1].to(device)
-            logits = model(x)
-            loss_sum += float(loss_fn(logits, y)) * len(y)
-            hits += float((logits.argmax(dim=1) == y).sum())
-            total += len(y)
-    model.train(was_training)
-    return (loss_sum / total, hits / total) if total else (math.nan, math.nan)
 
 
 def cycle(batches: Callable[[], Iterable] | Iterable) -> Iterator:
@@ -262,10 +247,3 @@ def _margin(finding: Finding) -> str:
     if FEATURES[rule.feature][1]:
         return f"{finding.margin:.1f}x past its threshold"
     return f"{finding.margin:+.2f} past its threshold"
-
-
-def timed_probe(*args, **kwargs) -> tuple["Report", float]:
-    """`probe`, and the seconds it took to reach its verdict."""
-    start = time.perf_counter()
-    report = probe(*args, **kwargs)
-    return report, time.perf_counter() - start

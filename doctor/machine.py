@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from analysis.rules import HEALTHY, Finding, load_thresholds
+from analysis.rules import HEALTHY, Finding
 
 LOADER_FIXES = (
     "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4), or decode and "
@@ -45,8 +45,10 @@ def device_study_line(folder: Path = DEVICE_STUDY) -> str:
     return f"the device study ({folder}) found the GPU faster on the digits MLP at " + "; ".join(wins)
 
 
-def bigger_machine(record: pd.Series, findings: list[Finding], val_start, device: torch.device, error) -> list[Check]:
-    """The checklist; its last line is the conclusion."""
+def bigger_machine(
+    record: pd.Series, findings: list[Finding], val_start, device: torch.device, error, starved_threshold: float
+) -> list[Check]:
+    """The checklist; its last line is the conclusion. `starved_threshold` is the rules' data-wait threshold."""
     checks = []
     ln_c = record.ln_classes
     memorized = record.memorize_best_loss
@@ -75,7 +77,7 @@ def bigger_machine(record: pd.Series, findings: list[Finding], val_start, device
         )
     )
 
-    wait, limit = record.data_wait_share, load_thresholds()["starved_loader"]
+    wait, limit = record.data_wait_share, starved_threshold
     fed = not wait > limit
     detail = f"waited for data {wait:.0%} of the loop (the rules call {limit:.0%} starved)"
     checks.append(Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {LOADER_FIXES}"))

@@ -51,15 +51,21 @@ def resolve_device(name: str) -> torch.device:
     raise ValueError(f"unknown device {name!r}: choose cpu or cuda")
 
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn) -> tuple[float, float]:
-    """Loss and accuracy of the whole tensor in eval mode; the model's mode is restored."""
+def evaluate(model: nn.Module, loss_fn, batches) -> tuple[float, float]:
+    """Mean loss and accuracy over (x, y) batches, in eval mode on the model's device; its mode is restored."""
+    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    total = loss_sum = hits = 0.0
     with torch.no_grad():
-        logits = model(x)
-        loss, accuracy = float(loss_fn(logits, y)), float((logits.argmax(dim=1) == y).float().mean())
+        for batch in batches:
+            x, y = batch[0].to(device), batch[1].to(device)
+            logits = model(x)
+            loss_sum += float(loss_fn(logits, y)) * len(y)
+            hits += float((logits.argmax(dim=1) == y).sum())
+            total += len(y)
     model.train(was_training)
-    return loss, accuracy
+    return (loss_sum / total, hits / total) if total else (math.nan, math.nan)
 
 
 def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, deadline: float = math.inf) -> dict:
@@ -95,7 +101,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
 
     # The training loop: the one a practitioner writes, with the instruments' two calls.
     model.train()
-    instruments.log_validation(0, *evaluate(model, x_val, y_val, loss_fn))
+    instruments.log_validation(0, *evaluate(model, loss_fn, [(x_val, y_val)]))
     for step in range(1, steps + 1):
         clock.begin_step()
         x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
@@ -107,12 +113,12 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         optimizer.step()
         clock.end_step()
         if step % eval_every == 0 or step == steps:
-            instruments.log_validation(step, *evaluate(model, x_val, y_val, loss_fn))
+            instruments.log_validation(step, *evaluate(model, loss_fn, [(x_val, y_val)]))
         check()
     measurements = {**instruments.finish(), **clock.finish()}
 
-    train_loss, train_acc = evaluate(model, data.x_train.to(device), data.y_train.to(device), loss_fn)
-    val_loss, val_acc = evaluate(model, x_val, y_val, loss_fn)
+    train_loss, train_acc = evaluate(model, loss_fn, [(data.x_train, data.y_train)])
+    val_loss, val_acc = evaluate(model, loss_fn, [(x_val, y_val)])
     n = cfg.memorize.examples
     memorized = memorize(
         make_model,

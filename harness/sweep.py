@@ -40,9 +40,9 @@ def warm_worker() -> None:
     import harness.cell  # noqa: F401
 
 
-def is_done(cfg: DictConfig) -> bool:
-    """A cell is done when its record exists and says ok (failed and skipped cells are tried again)."""
-    return not cfg.run.force and record_status(cfg.run.records, cell_id(cfg)) == "ok"
+def is_done(cfg: DictConfig, key: str) -> bool:
+    """A cell (its id `key`) is done when its record exists and says ok; failed and skipped cells are tried again."""
+    return not cfg.run.force and record_status(cfg.run.records, key) == "ok"
 
 
 def run_cells(
@@ -89,7 +89,7 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple
         key = cell_id(cfg)
         if key in seen:
             counts["duplicate"] += 1
-        elif is_done(cfg):
+        elif is_done(cfg, key):
             counts["done"] += 1
         else:
             todo.append(cfg)
