@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke early gpu-study fit report doctor test test-all lint format bench bench-doctor clean-runs
+.PHONY: help setup sweep smoke early pairs families gpu-study fit report doctor test test-all lint format bench bench-doctor clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -32,15 +32,24 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed ## create .venv with torch (TORCH) and the project (runs again when pyproject.toml changes)
 
-sweep: setup ## run the grid SWEEP (default: 10 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
+sweep: setup ## run the grid SWEEP (default: 22 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
 	$(BIN)/python -m harness $(SWEEP_ARGS) $(ARGS)
 
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke
 	$(MAKE) sweep SWEEP=smoke
 
-early: setup ## the default grid cut to 50..600 steps into runs/early; scores the rules at each budget (about 4 minutes)
+early: setup ## the default grid cut to 50..600 steps into runs/early; scores the rules at each budget (about 10 minutes)
 	$(MAKE) sweep SWEEP=early
 	$(BIN)/python -m analysis early runs/early
+
+pairs: setup ## two faults per cell (146 pairs x 2 seeds x 2 datasets) into runs/pairs; scores both-named (about 5 minutes)
+	$(MAKE) sweep SWEEP=pairs
+	$(BIN)/python -m analysis pairs runs/pairs
+
+families: setup ## every fault on a CNN (digits) and a GRU (sequence task) into runs/families; scores the MLP's rules there
+	$(MAKE) sweep SWEEP=cnn RUNS=runs/families
+	$(MAKE) sweep SWEEP=gru RUNS=runs/families
+	$(BIN)/python -m analysis families runs/families
 
 gpu-study: setup ## the device study (width x batch x cpu/cuda) into runs/devices; prints the crossover table last
 	$(MAKE) sweep SWEEP=devices

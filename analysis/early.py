@@ -7,15 +7,9 @@ scores the rules, with the thresholds fitted on the 600-step digits runs, at eac
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from analysis.rules import RULES, load_thresholds, verdicts
-from analysis.score import role
-
-
-def budgets(records: pd.DataFrame) -> pd.Series:
-    """The number of training steps of each record, from its recipe."""
-    return pd.Series([int(OmegaConf.create(text).loop.steps) for text in records.config_yaml], index=records.index)
+from analysis.score import budgets, role
 
 
 def accuracy_by_budget(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
@@ -24,15 +18,20 @@ def accuracy_by_budget(records: pd.DataFrame, thresholds: dict[str, float] | Non
     correct = (
         verdicts(records, RULES, load_thresholds() if thresholds is None else thresholds).verdict == records.diagnosis
     )
-    table = pd.DataFrame({"steps": budgets(records), "dataset": records.dataset, "correct": correct})
-    summary = table.groupby(["steps", "dataset"]).correct.agg(["sum", "size"]).reset_index()
+    table = pd.DataFrame(
+        {"steps": budgets(records), "dataset": records.dataset, "family": records.model, "correct": correct}
+    )
+    summary = table.groupby(["steps", "dataset", "family"]).correct.agg(["sum", "size"]).reset_index()
     summary["role"] = summary.dataset.map(role)
     return summary.rename(columns={"sum": "correct", "size": "total"})
 
 
 def accuracy_lines(summary: pd.DataFrame) -> list[str]:
-    """The machine-readable lines with the step budget: `accuracy <dataset> rules <c>/<n> <role> steps=<N>`."""
-    return [f"accuracy {r.dataset} rules {r.correct}/{r.total} {r.role} steps={r.steps}" for r in summary.itertuples()]
+    """The machine-readable lines: `accuracy <dataset> rules <c>/<n> <role> family=<f> steps=<N>`."""
+    return [
+        f"accuracy {r.dataset} rules {r.correct}/{r.total} {r.role} family={r.family} steps={r.steps}"
+        for r in summary.itertuples()
+    ]
 
 
 def plot(summary: pd.DataFrame, path: Path) -> None:

@@ -26,6 +26,13 @@ def fit_stump(values: pd.Series, positive: pd.Series, above: bool, log: bool) ->
     if not y.any():
         raise ValueError("no record of this rule's fault reaches it: nothing to fit")
     cuts = np.unique(x)
+    if not (~y).any():
+        # Every record this rule still sees is its own fault (the others lack the measurement, e.g. no tanh
+        # units to saturate): fire from half the weakest value on, a cut no pair of values would offer.
+        edge = cuts[0] if above else cuts[-1]
+        if edge > 0:
+            return float(edge * (0.5 if above else 2.0))
+        return float(edge - 1.0 if above else edge + 1.0)
     best = None
     for low, high in itertools.pairwise(cuts):
         use_log = log and low > 0
@@ -40,20 +47,27 @@ def fit_stump(values: pd.Series, positive: pd.Series, above: bool, log: bool) ->
     return float(best[2])
 
 
-def fit_thresholds(records: pd.DataFrame, rules: list[Rule] = RULES) -> dict[str, float]:
-    """Thresholds for `rules`, fitted on these records (ok records only) in rule order."""
+def fit_thresholds(
+    records: pd.DataFrame, rules: list[Rule] = RULES, fallback: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Thresholds for `rules`, fitted on these records (ok records only) in rule order.
+
+    A rule whose fault no record reaches keeps its `fallback` threshold, if one is given (refitting on a
+    subset of the faults); without one, that is an error.
+    """
     records = records[records.status == "ok"]
     table = features(records)
     unclaimed = pd.Series(True, index=records.index)
     thresholds = {}
     for rule in rules:
         reach = unclaimed
-        thresholds[rule.verdict] = fit_stump(
-            table.loc[reach, rule.feature],
-            records.loc[reach, "diagnosis"] == rule.verdict,
-            rule.above,
-            FEATURES[rule.feature][1],
-        )
+        positive = records.loc[reach, "diagnosis"] == rule.verdict
+        if fallback is not None and not (positive & table.loc[reach, rule.feature].notna()).any():
+            thresholds[rule.verdict] = fallback[rule.verdict]
+        else:
+            thresholds[rule.verdict] = fit_stump(
+                table.loc[reach, rule.feature], positive, rule.above, FEATURES[rule.feature][1]
+            )
         fired = table[rule.feature].map(lambda v, r=rule: r.fires(v, thresholds[r.verdict]))
         unclaimed = unclaimed & ~fired
     return thresholds

@@ -10,8 +10,10 @@ kept so that the report shows what fitting changed. Rules see measurements only,
 import json
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
@@ -23,34 +25,55 @@ FEATURES: dict[str, tuple[str, bool]] = {
     "data_wait_share": ("share of the loop spent waiting for batches", False),
     "no_grad_share": ("share of parameter elements that never got a gradient", False),
     "accumulation_ratio": ("|.grad| over |fresh gradient of the same loss|", True),
+    "wrong_mode_share": ("share of training (evaluation) forwards run in eval (training) mode", False),
+    "output_prob_share": ("share of output rows handed to the loss that are already probabilities", False),
+    "input_rms": ("root mean square of the inputs", True),
     "first_loss_ratio": ("first loss over ln C", True),
     "dead_at_init": ("share of ReLU units never active at initialization", False),
     "dead_after": ("share of ReLU units never active after training", False),
+    "activation_growth": ("RMS of the last activations over the first ones', at initialization", True),
+    "grad_depth_ratio": ("|gradient| of the first weight matrix over the last one's, at initialization", True),
+    "saturated_at_init": ("share of tanh/sigmoid outputs within 1% of their bounds, at initialization", False),
+    "label_imbalance": ("most frequent over least frequent training class", True),
+    "periodic_spikes": ("loss spikes at the most common interval", False),
     "update_ratio": ("median |update| / |weight| per step", True),
     "update_ratio_peak": ("largest per-step median |update| / |weight|", True),
     "val_acc_x_chance": ("validation accuracy over chance (1/C)", False),
     "train_acc": ("final training accuracy", False),
     "train_val_gap": ("training minus validation accuracy", False),
+    "confident_disagreement": ("share of training examples confidently predicted as another class", False),
+    "val_train_loss_ratio": ("final validation loss over final training loss", True),
     "memorize_best_loss": ("best final loss memorizing 16 examples (3 rates)", True),
     "memorize_loss_1e-3": ("final loss memorizing 16 examples at 1e-3 only", True),
 }
 
 
 def features(records: pd.DataFrame) -> pd.DataFrame:
-    """The FEATURES of each record, from its measurement columns only."""
+    """The FEATURES of each record, from its measurement columns only (NaN where an older record lacks one)."""
+    column = partial(_column, records)
     return pd.DataFrame(
         {
             "data_wait_share": records.data_wait_share,
             "no_grad_share": records.params_without_grad_share,
             "accumulation_ratio": records.accumulation_ratio,
+            "wrong_mode_share": np.fmax(column("train_in_eval_share"), column("eval_in_train_share")),
+            "output_prob_share": column("output_prob_share"),
+            "input_rms": column("input_rms"),
             "first_loss_ratio": records.first_loss / records.ln_classes,
             "dead_at_init": records.dead_unit_share_init,
             "dead_after": records.dead_unit_share,
+            "activation_growth": column("activation_growth_init"),
+            "grad_depth_ratio": column("grad_depth_ratio_init"),
+            "saturated_at_init": column("saturated_share_init"),
+            "label_imbalance": column("label_imbalance"),
+            "periodic_spikes": column("periodic_spikes"),
             "update_ratio": records.update_ratio_median,
             "update_ratio_peak": records.update_ratio_peak,
             "val_acc_x_chance": records.final_val_acc * records.n_classes,
             "train_acc": records.final_train_acc,
             "train_val_gap": records.final_train_acc - records.final_val_acc,
+            "confident_disagreement": column("confident_disagreement"),
+            "val_train_loss_ratio": records.final_val_loss / records.final_train_loss,
             "memorize_best_loss": records.memorize_best_loss,
             "memorize_loss_1e-3": [
                 _loss_at(rates, losses, 1e-3)
@@ -59,6 +82,10 @@ def features(records: pd.DataFrame) -> pd.DataFrame:
         },
         index=records.index,
     ).astype(float)
+
+
+def _column(records: pd.DataFrame, name: str) -> pd.Series:
+    return records[name].astype(float) if name in records else pd.Series(np.nan, index=records.index)
 
 
 def _loss_at(rates, losses, rate: float) -> float:
@@ -114,11 +141,26 @@ RULES = [
         "call optimizer.zero_grad() once per step (unless accumulating on purpose, then scale the loss)",
     ),
     Rule(
-        "unscaled_inputs",
-        "first_loss_ratio",
+        "wrong_mode",
+        "wrong_mode_share",
         True,
-        "first loss {first_loss:.1f} against ln {n_classes} = {ln_classes:.2f}"
-        " ({value:.1f}x; threshold {threshold:.1f}x)",
+        "{value:.0%} of training forwards ran in eval mode, or of evaluation forwards in training mode, in a model"
+        " with dropout or BatchNorm (threshold {threshold:.0%})",
+        "call model.train() before training steps and model.eval() before validation (and back again)",
+    ),
+    Rule(
+        "double_softmax",
+        "output_prob_share",
+        True,
+        "{value:.0%} of the output rows handed to the loss were already probabilities (threshold {threshold:.0%})",
+        "return logits from the model: cross_entropy applies log_softmax itself (or use NLLLoss on log_softmax)",
+    ),
+    Rule(
+        "unscaled_inputs",
+        "input_rms",
+        True,
+        "inputs have an RMS of {value:.3g} (threshold {threshold:.3g}); the first loss was {first_loss:.1f}"
+        " against ln {n_classes} = {ln_classes:.2f}",
         "check the input statistics: standardize features, scale pixels to [0, 1]",
     ),
     Rule(
@@ -127,6 +169,44 @@ RULES = [
         True,
         "{value:.0%} of ReLU units never active at initialization (threshold {threshold:.0%})",
         "check the initialization (biases, weight scale); consider LeakyReLU or a lower rate",
+    ),
+    Rule(
+        "exploding_gradients",
+        "activation_growth",
+        True,
+        "at initialization the last activations were {value:.3g}x the first ones' in RMS (threshold"
+        " {threshold:.3g}x); the first loss was {first_loss:.3g} against ln C = {ln_classes:.2f}",
+        "use a variance-preserving initialization (Kaiming for ReLU), add normalization layers, clip gradients",
+    ),
+    Rule(
+        "vanishing_gradients",
+        "grad_depth_ratio",
+        False,
+        "at initialization the first layer's gradient was {value:.2g}x the last layer's (threshold {threshold:.2g}x)",
+        "use ReLU-family activations, residual connections or normalization; check the initialization",
+    ),
+    Rule(
+        "saturated_activations",
+        "saturated_at_init",
+        True,
+        "{value:.0%} of tanh/sigmoid outputs within 1% of their bounds at initialization (threshold {threshold:.0%})",
+        "scale the initial weights down (Xavier/Glorot for tanh), standardize inputs, or use a non-saturating"
+        " activation",
+    ),
+    Rule(
+        "class_imbalance",
+        "label_imbalance",
+        True,
+        "the most frequent training class was {value:.1f}x the rarest (threshold {threshold:.1f}x)",
+        "reweight the loss (weight= in cross_entropy), resample the classes, and report per-class accuracy",
+    ),
+    Rule(
+        "periodic_bad_batch",
+        "periodic_spikes",
+        True,
+        "{value:.0f} loss spikes {loss_spike_period:.0f} steps apart (threshold {threshold:.1f}); spikes at steps"
+        " {loss_spike_steps}",
+        "inspect the batches at the logged steps (modulo the period): a corrupt shard, file or augmentation",
     ),
     Rule(
         "lr_too_low",
@@ -148,7 +228,24 @@ RULES = [
         False,
         "validation accuracy {final_val_acc:.0%} is {value:.1f}x chance (threshold {threshold:.1f}x)"
         " while training runs",
-        "check the labels: joins, sorting or shuffling applied to features and labels separately",
+        "check the labels: joins, sorting, shuffling or slicing applied to features and labels separately",
+    ),
+    Rule(
+        "label_noise",
+        "confident_disagreement",
+        True,
+        "the model was sure of another class than the label for {value:.0%} of the training examples late in"
+        " training (threshold {threshold:.0%}); training accuracy {final_train_acc:.0%}, validation"
+        " {final_val_acc:.0%}",
+        "audit a sample of the training examples the model contradicts: their labels are likely wrong",
+    ),
+    Rule(
+        "overfitting",
+        "val_train_loss_ratio",
+        True,
+        "validation loss {final_val_loss:.3f} is {value:.0f}x the training loss {final_train_loss:.2g}"
+        " (threshold {threshold:.0f}x)",
+        "get more data or augment it, regularize (weight decay, dropout), or stop earlier",
     ),
     Rule(
         "model_too_small",
@@ -158,29 +255,44 @@ RULES = [
         "give the model more capacity (wider or deeper layers) and check it can fit the training set",
     ),
 ]
+VERDICTS = {rule.verdict: rule for rule in RULES}
+
+_NEXT = {verdict: rule.next_step for verdict, rule in VERDICTS.items()}
 
 # The first version: a practitioner's thresholds typed in by hand, memorization at one rate (1e-3) only,
 # and no rule for shuffled labels (a model near chance was taken for a rate too low).
 NAIVE_RULES = [
-    Rule("starved_loader", "data_wait_share", True, "waited {value:.0%} (> {threshold:.0%})", RULES[0].next_step),
-    Rule("no_zero_grad", "accumulation_ratio", True, ".grad {value:.1f}x fresh (> {threshold})", RULES[2].next_step),
+    Rule("starved_loader", "data_wait_share", True, "waited {value:.0%} (> {threshold:.0%})", _NEXT["starved_loader"]),
+    Rule("no_zero_grad", "accumulation_ratio", True, ".grad {value:.1f}x fresh (> {threshold})", _NEXT["no_zero_grad"]),
     Rule(
-        "unscaled_inputs", "first_loss_ratio", True, "first loss {value:.1f}x ln C (> {threshold})", RULES[3].next_step
+        "unscaled_inputs",
+        "first_loss_ratio",
+        True,
+        "first loss {value:.1f}x ln C (> {threshold})",
+        _NEXT["unscaled_inputs"],
     ),
     Rule(
         "dead_relu",
         "memorize_loss_1e-3",
         True,
         "cannot memorize 16 examples at 1e-3: loss {value:.2f} (> {threshold})",
-        RULES[4].next_step,
+        _NEXT["dead_relu"],
     ),
     Rule(
-        "frozen_params", "no_grad_share", True, "{value:.0%} without gradient (> {threshold:.0%})", RULES[1].next_step
+        "frozen_params",
+        "no_grad_share",
+        True,
+        "{value:.0%} without gradient (> {threshold:.0%})",
+        _NEXT["frozen_params"],
     ),
-    Rule("lr_too_low", "val_acc_x_chance", False, "accuracy {value:.1f}x chance (< {threshold})", RULES[5].next_step),
-    Rule("lr_too_high", "update_ratio", True, "update ratio {value:.1e} (> {threshold:.0e})", RULES[6].next_step),
+    Rule("lr_too_low", "val_acc_x_chance", False, "accuracy {value:.1f}x chance (< {threshold})", _NEXT["lr_too_low"]),
+    Rule("lr_too_high", "update_ratio", True, "update ratio {value:.1e} (> {threshold:.0e})", _NEXT["lr_too_high"]),
     Rule(
-        "model_too_small", "train_acc", False, "training accuracy {value:.0%} (< {threshold:.0%})", RULES[8].next_step
+        "model_too_small",
+        "train_acc",
+        False,
+        "training accuracy {value:.0%} (< {threshold:.0%})",
+        _NEXT["model_too_small"],
     ),
 ]
 NAIVE_THRESHOLDS = {

@@ -7,6 +7,7 @@ refits everything without one seed and scores that seed: a fairer in-sample figu
 """
 
 import pandas as pd
+from omegaconf import OmegaConf
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
@@ -18,6 +19,15 @@ METHODS = ("rules", "naive", "tree", "forest")
 
 def role(dataset: str) -> str:
     return "in-sample" if dataset == TUNED_DATASET else "held-out"
+
+
+def budgets(records: pd.DataFrame) -> pd.Series:
+    """The number of training steps of each record, from its recipe."""
+    return pd.Series([int(OmegaConf.create(text).loop.steps) for text in records.config_yaml], index=records.index)
+
+
+def _joined(values: pd.Series) -> str:
+    return ",".join(str(v) for v in sorted(values.unique()))
 
 
 def _classifier(method: str):
@@ -55,6 +65,7 @@ def score(records: pd.DataFrame) -> dict:
     predictions = pd.DataFrame({m: predict(records, m, tuned) for m in METHODS})
     correct = predictions.eq(records.diagnosis, axis=0)
     datasets = sorted(records.dataset.unique(), key=lambda d: (d != TUNED_DATASET, d))
+    steps = budgets(records)
     accuracy = [
         {
             "dataset": d,
@@ -62,6 +73,8 @@ def score(records: pd.DataFrame) -> dict:
             "correct": int(correct.loc[records.dataset == d, m].sum()),
             "total": int((records.dataset == d).sum()),
             "role": role(d),
+            "family": _joined(records.model[records.dataset == d]),
+            "steps": _joined(steps[records.dataset == d]),
         }
         for d in datasets
         for m in METHODS
@@ -83,8 +96,11 @@ def score(records: pd.DataFrame) -> dict:
 
 
 def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
-    """`accuracy <dataset> <method> <correct>/<total> <role>`, one line per dataset and method."""
-    return [f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {r.role}" for r in accuracy.itertuples()]
+    """`accuracy <dataset> <method> <correct>/<total> <role> family=<f> steps=<N>`, per dataset and method."""
+    return [
+        f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {r.role} family={r.family} steps={r.steps}"
+        for r in accuracy.itertuples()
+    ]
 
 
 def per_fault(records: pd.DataFrame, correct: pd.DataFrame, dataset: str) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from torch import nn
 
 from harness.data import load_splits, training_batches
 from harness.instruments import Instruments, NoInstruments, memorize
-from harness.records import SCHEMA_VERSION, cell_id, empty_record, recipe_yaml
+from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml
 from harness.timing import DeviceClock, NoClock
 
 # Measurements that must be finite numbers in an ok record: if one is not, the harness itself misbehaved.
@@ -51,11 +51,15 @@ def resolve_device(name: str) -> torch.device:
     raise ValueError(f"unknown device {name!r}: choose cpu or cuda")
 
 
-def evaluate(model: nn.Module, loss_fn, batches) -> tuple[float, float]:
-    """Mean loss and accuracy over (x, y) batches, in eval mode on the model's device; its mode is restored."""
+def evaluate(model: nn.Module, loss_fn, batches, eval_mode: bool = True) -> tuple[float, float]:
+    """Mean loss and accuracy over (x, y) batches, in eval mode on the model's device; its mode is restored.
+
+    eval_mode=False evaluates in whatever mode the model is in: the fault of validating with dropout on.
+    """
     device = next(model.parameters()).device
     was_training = model.training
-    model.eval()
+    if eval_mode:
+        model.eval()
     total = loss_sum = hits = 0.0
     with torch.no_grad():
         for batch in batches:
@@ -93,15 +97,24 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every) if instrumented else NoInstruments()
     clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
     batches = instruments.watch(
-        training_batches(data.x_train, data.y_train, cfg.data.batch_size, cfg.seed, cfg.data.batch_latency_s)
+        training_batches(
+            data.x_train,
+            data.y_train,
+            cfg.data.batch_size,
+            cfg.seed,
+            latency_s=cfg.data.batch_latency_s,
+            bad_batch_every=cfg.data.bad_batch_every,
+            n_classes=data.n_classes,
+        )
     )
 
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
     steps, eval_every, zero_grad = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad
+    validate = partial(evaluate, model, loss_fn, [(x_val, y_val)], eval_mode=cfg.loop.eval_mode)
 
     # The training loop: the one a practitioner writes, with the instruments' two calls.
-    model.train()
-    instruments.log_validation(0, *evaluate(model, loss_fn, [(x_val, y_val)]))
+    model.train(cfg.loop.train_mode)  # the fault "training in eval mode" is this call missing
+    instruments.log_validation(0, *validate())
     for step in range(1, steps + 1):
         clock.begin_step()
         x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
@@ -113,7 +126,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         optimizer.step()
         clock.end_step()
         if step % eval_every == 0 or step == steps:
-            instruments.log_validation(step, *evaluate(model, loss_fn, [(x_val, y_val)]))
+            instruments.log_validation(step, *validate())
         check()
     measurements = {**instruments.finish(), **clock.finish()}
 
@@ -154,10 +167,11 @@ def run_cell(cfg: DictConfig) -> dict:
     """Run one cell and return its record; problems of the cell end up in `status` and `error`."""
     started = time.perf_counter()
     record = empty_record()
+    fault, diagnosis = planted(cfg)
     record.update(
         cell_id=cell_id(cfg),
-        fault=cfg.fault.name,
-        diagnosis=cfg.fault.diagnosis,
+        fault=fault,
+        diagnosis=diagnosis,
         dataset=cfg.dataset.name,
         model=cfg.model.name,
         seed=int(cfg.seed),

@@ -6,6 +6,7 @@ parses the overrides with Hydra's own parser, compares every option of the grid'
 that exist (conf/ and any --config-dir), and composes each chosen option once.
 """
 
+from fnmatch import fnmatch
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -14,6 +15,8 @@ from hydra.core.override_parser.types import Glob, RangeSweep
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from harness.records import planted
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("fault", "dataset", "device", "model", "sweep")
@@ -84,13 +87,23 @@ def check_command_line(argv: list[str]) -> str | None:
         group = override.key_or_group
         if not override.is_sweep_override():
             values = [override.get_value_element_as_str()]
+        elif isinstance(override.value(), Glob) and group in GROUPS:
+            # Every option a glob finds exists, but each one is composed below like a named one.
+            glob = override.value()
+            values = [
+                option
+                for option in group_options(group, config_dirs)
+                if any(fnmatch(option, i) for i in glob.include) and not any(fnmatch(option, e) for e in glob.exclude)
+            ]
         elif isinstance(override.value(), Glob | RangeSweep):
-            continue  # every option a glob finds exists; a range is integers
+            continue  # a range is integers
         else:
             values = list(override.sweep_string_iterator())
         if group in GROUPS:
             valid = group_options(group, config_dirs)
-            unknown = [v for v in values if v not in valid]
+            # `fault=[a,b]` chooses two options at once: each one must exist.
+            options = [o.strip() for v in values for o in v.strip("[]").split(",")]
+            unknown = [v for v in options if v not in valid]
             if unknown:
                 return f"unknown {group} {unknown[0]!r}; valid choices: {', '.join(valid)}"
         if len(values) == 1 and not override.is_sweep_override():
@@ -113,11 +126,14 @@ def check_command_line(argv: list[str]) -> str | None:
                 cfg = compose("config", overrides=[*searchpath, *fixed, *trial])
             except (HydraException, OmegaConfBaseException) as error:
                 return f"bad configuration ({' '.join(trial + fixed) or 'defaults'}): {_one_line(error)}"
+            choices = [o for o in [*fixed, *trial] if o.lstrip("+~").split("=")[0] in GROUPS]
             missing = sorted(OmegaConf.missing_keys(cfg))
             if missing:
-                choices = [o for o in [*fixed, *trial] if o.lstrip("+~").split("=")[0] in GROUPS]
-                hint = "a fault file sets fault.name and fault.diagnosis"
-                return f"{' '.join(choices) or 'the recipe'} leaves {', '.join(missing)} unset ({hint})"
+                return f"{' '.join(choices) or 'the recipe'} leaves {', '.join(missing)} unset"
+            try:
+                planted(cfg)
+            except ValueError as error:
+                return f"{' '.join(choices) or 'the recipe'}: {error}"
             if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
                 return f"seed must be an integer, got {cfg.seed!r}"
     return None

@@ -1,8 +1,9 @@
 """Data for one cell: load any (X, y) source, split, standardize, plant data faults, stream batches.
 
 The dataset config names an importable callable (`loader._target_`) that returns `(X, y)` arrays, so a new
-dataset is one YAML file. The data-side fault knobs (`input_scale`, `shuffle_labels`, `batch_latency_s`) are
-applied here, after the healthy pipeline, so a fault changes exactly one thing.
+dataset is one YAML file. The data-side fault knobs (input scale, label shuffling, noise and shift, a small or
+imbalanced training set, a periodic bad batch, a slow loader) are applied here, after the healthy pipeline, so
+a fault changes exactly one thing. Validation data is never touched: it always tells the truth.
 """
 
 import time
@@ -47,10 +48,29 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         features = (features - mean) / std
     features = features * data_cfg.input_scale
 
+    rng = np.random.default_rng(seed)
+    if data_cfg.minority_share < 1.0:
+        # The upper half of the classes keeps only this share of its training examples (at least one each).
+        minority = labels[train] >= (n_classes + 1) // 2
+        keep = ~minority | (rng.random(len(train)) < data_cfg.minority_share)
+        for c in range((n_classes + 1) // 2, n_classes):
+            keep[np.flatnonzero(labels[train] == c)[:1]] = True
+        train = train[keep]
+    if data_cfg.train_examples:
+        train = train[: data_cfg.train_examples]  # the split is already shuffled: a random subset
     y_train = labels[train]
     if data_cfg.shuffle_labels:
         # Training labels only: validation keeps the truth, so accuracy shows nothing was learned.
-        y_train = np.random.default_rng(seed).permutation(y_train)
+        y_train = rng.permutation(y_train)
+    if data_cfg.label_shift:
+        # Labels one row off their inputs: the off-by-one of a join or of two lists sliced differently.
+        y_train = np.roll(y_train, data_cfg.label_shift)
+    if data_cfg.label_noise > 0:
+        # A share of the labels replaced by a different class at random, the rest left true.
+        noisy = rng.random(len(y_train)) < data_cfg.label_noise
+        offset = rng.integers(1, n_classes, size=int(noisy.sum()))
+        y_train = y_train.copy()
+        y_train[noisy] = (y_train[noisy] + offset) % n_classes
     return Splits(
         x_train=torch.from_numpy(np.ascontiguousarray(features[train])),
         y_train=torch.from_numpy(y_train.astype(np.int64)),
@@ -61,18 +81,27 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
 
 
 def training_batches(
-    x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int, latency_s: float = 0.0
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    seed: int,
+    latency_s: float = 0.0,
+    bad_batch_every: int = 0,
+    n_classes: int = 0,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless shuffled minibatches, reshuffled each epoch; the last partial batch of an epoch is dropped.
 
     latency_s > 0 makes this a slow loader: the iterator stalls before each batch the way a loader does
     that reads from a slow disk or decodes on one process, so the training step waits for data. Over many
     batches the stall averages latency_s per batch, however coarse the OS's sleep is.
+    bad_batch_every = k > 0 makes every k-th batch a mislabeled one (random labels out of n_classes), like a
+    corrupt shard met once per pass.
     """
     if batch_size > len(x):
         raise ValueError(f"batch_size {batch_size} exceeds the {len(x)} training examples")
     generator = torch.Generator().manual_seed(seed)
     owed = 0.0  # stall still owed: the OS oversleeps short sleeps, so the excess is taken off the next one
+    served = 0
     while True:
         order = torch.randperm(len(x), generator=generator)
         for start in range(0, len(x) - batch_size + 1, batch_size):
@@ -82,4 +111,8 @@ def training_batches(
                 time.sleep(max(owed, 0.0))
                 owed -= time.perf_counter() - began
             index = order[start : start + batch_size]
-            yield x[index], y[index]
+            served += 1
+            if bad_batch_every and served % bad_batch_every == 0:
+                yield x[index], torch.randint(n_classes, (batch_size,), generator=generator)
+            else:
+                yield x[index], y[index]

@@ -15,6 +15,7 @@ function. They never see which fault (if any) was planted. A loop is observed wi
 factory on a handful of the run's examples, at fixed sensible rates.
 """
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,20 +30,39 @@ def _median(values: Iterable[float]) -> float:
     return median(finite) if finite else math.nan
 
 
-def dead_units(model: nn.Module, x: torch.Tensor) -> tuple[float, list[float]]:
-    """Share of ReLU units that are never positive on the probe batch `x`, overall and per ReLU module.
+SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
+MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
 
-    A unit is one feature of a (N, F) output or one channel of a (N, C, ...) output. The probe runs in
-    eval mode without gradients, so it changes no BatchNorm statistics; functional relu calls are not seen.
+
+def activation_census(model: nn.Module, x: torch.Tensor) -> dict:
+    """What the activation modules (ReLU, Tanh, Sigmoid) do on the probe batch `x`.
+
+    Returns `dead` (share of ReLU units never positive; a unit is one feature of a (N, F) output or one
+    channel of a (N, C, ...) output), `dead_layers` (that share per ReLU module), `saturated` (share of Tanh
+    and Sigmoid outputs within 1% of their bounds, where the derivative is nearly 0) and `growth` (RMS of
+    the last activation module's output over the first one's: far above 1 when the signal grows layer after
+    layer). The probe runs in eval mode without gradients, so it changes no BatchNorm statistics;
+    functional calls (F.relu) are not seen, and a measure with no module to read is NaN.
     """
     activity: list[torch.Tensor] = []
+    saturated = [0, 0]
+    rms: list[float] = []
 
-    def record(_module, _inputs, output):
-        per_unit = output.detach().transpose(0, 1).reshape(output.shape[1], -1) if output.dim() > 1 else None
-        if per_unit is not None:
-            activity.append(per_unit.gt(0).any(dim=1))
+    def record(module, _inputs, output):
+        if output.dim() < 2:
+            return
+        output = output.detach()
+        rms.append(float(output.float().pow(2).mean().sqrt()))
+        if isinstance(module, nn.ReLU):
+            activity.append(output.transpose(0, 1).reshape(output.shape[1], -1).gt(0).any(dim=1))
+        else:
+            low, high = SATURATING[type(module)]
+            margin = 0.01 * (high - low)
+            saturated[0] += int(((output < low + margin) | (output > high - margin)).sum())
+            saturated[1] += output.numel()
 
-    handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.ReLU)]
+    kinds = (nn.ReLU, *SATURATING)
+    handles = [m.register_forward_hook(record) for m in model.modules() if type(m) in kinds]
     was_training = model.training
     model.eval()
     try:
@@ -52,11 +72,50 @@ def dead_units(model: nn.Module, x: torch.Tensor) -> tuple[float, list[float]]:
         model.train(was_training)
         for handle in handles:
             handle.remove()
-    if not activity:
-        return math.nan, []
-    per_layer = [1.0 - active.float().mean().item() for active in activity]
     dead = sum(int((~active).sum()) for active in activity)
-    return dead / sum(active.numel() for active in activity), per_layer
+    return {
+        "dead": dead / sum(active.numel() for active in activity) if activity else math.nan,
+        "dead_layers": [1.0 - active.float().mean().item() for active in activity],
+        "saturated": saturated[0] / saturated[1] if saturated[1] else math.nan,
+        "growth": rms[-1] / rms[0] if len(rms) > 1 and rms[0] > 0 else math.nan,
+    }
+
+
+def dead_units(model: nn.Module, x: torch.Tensor) -> tuple[float, list[float]]:
+    """Share of ReLU units never positive on the probe batch `x`, overall and per ReLU module."""
+    census = activation_census(model, x)
+    return census["dead"], census["dead_layers"]
+
+
+def spikes(losses: list[float], window: int = 20, spread: float = 8.0) -> list[int]:
+    """Steps whose loss jumps far out of the range of the `window` steps before it.
+
+    A spike is a loss above the recent median by `spread` times the recent median absolute deviation (so a
+    loss that is noisy anyway needs a bigger jump) and above 1.3 times that median. A loss that has plateaued
+    (a rate too low, a softmax before the loss) still shows its spikes; a run of consecutive spikes counts once,
+    at its first step.
+    """
+    found: list[int] = []
+    if not losses or not math.isfinite(losses[0]):
+        return found
+    floor = 1e-3 * abs(losses[0])  # a perfectly flat stretch would otherwise make any wiggle a spike
+    for step in range(window, len(losses)):
+        recent = losses[step - window : step]
+        middle = median(recent)
+        deviation = max(median(abs(v - middle) for v in recent), floor)
+        jumped = losses[step] > middle + spread * deviation and losses[step] > 1.3 * middle
+        if jumped and (not found or found[-1] != step - 1):
+            found.append(step)
+    return found
+
+
+def periodicity(steps: list[int]) -> tuple[float, int]:
+    """The most common gap between consecutive spikes, and how many gaps have it (0 with fewer than 2)."""
+    gaps = [b - a for a, b in itertools.pairwise(steps)]
+    if not gaps:
+        return math.nan, 0
+    period = max(sorted(set(gaps)), key=gaps.count)
+    return float(period), gaps.count(period)
 
 
 class Instruments:
@@ -74,7 +133,14 @@ class Instruments:
         self.last_batch: tuple | None = None
         self.last_rng: tuple | None = None
         self.probe: torch.Tensor | None = None
-        self.dead_init = (math.nan, [])
+        self.input_rms = math.nan
+        self.label_counts: torch.Tensor | None = None
+        self.init_census: dict = {}
+        self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
+        self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
+        self.has_modes = any(isinstance(m, MODE_DEPENDENT) for m in model.modules())
+        self.forwards = {"train": 0, "train_in_eval": 0, "eval": 0, "eval_in_train": 0}
+        self._own_forward = False  # the instruments' own forward passes are not the loop's
         self.censuses: list[dict] = []
         self.update_ratios: list[list[float]] = []
         self.validation: list[tuple[int, float, float]] = []
@@ -82,6 +148,8 @@ class Instruments:
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
+            model.register_forward_pre_hook(self._before_forward),
+            model.register_forward_hook(self._after_forward),
         ]
 
     def is_census_step(self, step: int) -> bool:
@@ -103,12 +171,59 @@ class Instruments:
             self.last_batch = batch
             if self.probe is None:
                 self.probe = batch[0]
+                self.input_rms = float(batch[0].detach().float().pow(2).mean().sqrt())
+            self._count_labels(batch[1])
             if self.is_census_step(self.step + 1):
                 # Remember the RNG state the forward pass will start from, so that the census can replay
                 # the same dropout masks when it recomputes a fresh gradient.
                 cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
                 self.last_rng = (torch.get_rng_state(), cuda)
             yield batch
+
+    def _count_labels(self, labels) -> None:
+        """Running count of each class among the labels the loop trains on (integer class targets only)."""
+        if not (torch.is_tensor(labels) and labels.dim() == 1 and not labels.is_floating_point()) or not len(labels):
+            return
+        counts = torch.bincount(labels.detach(), minlength=0 if self.label_counts is None else len(self.label_counts))
+        if self.label_counts is not None and len(counts) > len(self.label_counts):
+            self.label_counts = torch.nn.functional.pad(self.label_counts, (0, len(counts) - len(self.label_counts)))
+        self.label_counts = counts if self.label_counts is None else self.label_counts + counts
+
+    # ----- forward hooks: train/eval mode and what the model outputs --------------------------------------------
+    def _before_forward(self, model, _inputs) -> None:
+        if self._own_forward or not self.has_modes:
+            return  # without dropout or BatchNorm the mode changes nothing
+        if torch.is_grad_enabled():  # a training forward
+            self.forwards["train"] += 1
+            self.forwards["train_in_eval"] += not model.training
+        else:  # an evaluation forward
+            self.forwards["eval"] += 1
+            self.forwards["eval_in_train"] += model.training
+
+    def _after_forward(self, _model, _inputs, output) -> None:
+        if self._own_forward or not torch.is_grad_enabled() or not self.is_census_step(self.step + 1):
+            return
+        if torch.is_tensor(output) and output.dim() == 2 and output.shape[1] > 1:
+            # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied.
+            out = output.detach().float()
+            rows = (out.min(dim=1).values >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
+            self.output_prob.append(float(rows.float().mean()))
+            self._disagreement(out if bool(rows.all()) else out.softmax(dim=1))
+
+    def _disagreement(self, probabilities: torch.Tensor) -> None:
+        """Share of this batch's examples whose label the model contradicts: another class first, the label p < 0.1.
+
+        A model that has learned the rule but is fed some wrong labels still ranks the true class first and gives
+        the wrong label almost nothing; a model that is merely unsure spreads its probability instead.
+        """
+        labels = self.last_batch[1] if self.last_batch is not None and len(self.last_batch) > 1 else None
+        if not (torch.is_tensor(labels) and labels.dim() == 1 and not labels.is_floating_point()):
+            return
+        if len(labels) != len(probabilities) or int(labels.max()) >= probabilities.shape[1]:
+            return
+        given = probabilities.gather(1, labels.to(probabilities.device).unsqueeze(1)).squeeze(1)
+        other_first = probabilities.argmax(dim=1) != labels.to(probabilities.device)
+        self.disagreement.append((self.step + 1, float((other_first & (given < 0.1)).float().mean())))
 
     # ----- after backward: loss curve, first loss, gradient census ------------------------------------------
     def after_backward(self, loss: torch.Tensor) -> None:
@@ -118,9 +233,16 @@ class Instruments:
         if self.step == 0:
             self.first_loss = float(loss.detach())
             if self.probe is not None:
-                self.dead_init = dead_units(self.model, self._on_model_device(self.probe))
+                self.init_census = self._activation_census()
         if self.is_census_step(self.step):
             self._census()
+
+    def _activation_census(self) -> dict:
+        self._own_forward = True
+        try:
+            return activation_census(self.model, self._on_model_device(self.probe))
+        finally:
+            self._own_forward = False
 
     def _on_model_device(self, tensor: torch.Tensor) -> torch.Tensor:
         device = next(self.model.parameters()).device
@@ -142,6 +264,10 @@ class Instruments:
             zeros += n_zero
             elements += grad.numel()
         total_norm = math.sqrt(sum(n * n for n in norms if not math.isnan(n)))
+        # First over last weight matrix (or kernel) with a gradient: far below 1 when gradients vanish on their
+        # way back to the input, as through a deep stack of sigmoids.
+        matrices = [n for (_, p), n in zip(self.named_params, norms, strict=True) if p.dim() >= 2 and not math.isnan(n)]
+        depth_ratio = matrices[0] / matrices[-1] if len(matrices) > 1 and matrices[-1] > 0 else math.nan
         self.censuses.append(
             {
                 "step": self.step,
@@ -152,6 +278,7 @@ class Instruments:
                 "zero_share": zeros / elements if elements else math.nan,
                 "total_norm": total_norm if elements else math.nan,
                 "accumulation": self._accumulation_ratio(),
+                "depth_ratio": depth_ratio,
             }
         )
 
@@ -174,7 +301,11 @@ class Instruments:
                 torch.set_rng_state(self.last_rng[0])
                 if self.last_rng[1] is not None:
                     torch.cuda.set_rng_state_all(self.last_rng[1])
-            fresh = torch.autograd.grad(self.loss_fn(self.model(x), y), pairs, allow_unused=True)
+            self._own_forward = True
+            try:
+                fresh = torch.autograd.grad(self.loss_fn(self.model(x), y), pairs, allow_unused=True)
+            finally:
+                self._own_forward = False
         with torch.no_grad():
             for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
                 buffer.copy_(saved)
@@ -208,9 +339,13 @@ class Instruments:
         for hook in self._hooks:
             hook.remove()
         losses = torch.stack(self.losses).double().cpu().tolist() if self.losses else []
-        dead_final = (
-            dead_units(self.model, self._on_model_device(self.probe)) if self.probe is not None else (math.nan, [])
-        )
+        empty = {"dead": math.nan, "dead_layers": [], "saturated": math.nan, "growth": math.nan}
+        final = self._activation_census() if self.probe is not None else empty
+        init = self.init_census or empty
+        spike_steps = spikes(losses)
+        period, periodic = periodicity(spike_steps)
+        counts = self.label_counts.double() if self.label_counts is not None else None
+        forwards = self.forwards
         names = [name for name, _ in self.named_params]
         per_param = list(zip(*(c["norms"] for c in self.censuses), strict=True)) if self.censuses else []
         never = [all(c["missing"][i] for c in self.censuses) for i in range(len(names))] if self.censuses else []
@@ -246,9 +381,24 @@ class Instruments:
             "update_ratio_median": _median(r for r, n in zip(update_ratio, never, strict=False) if not n),
             "update_ratio_curve": curve,
             "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
-            "dead_unit_share_init": self.dead_init[0],
-            "dead_unit_share": dead_final[0],
-            "dead_unit_share_layers": dead_final[1],
+            "grad_depth_ratio_init": self.censuses[0]["depth_ratio"] if self.censuses else math.nan,
+            "grad_depth_ratio": _median(c["depth_ratio"] for c in self.censuses),
+            "dead_unit_share_init": init["dead"],
+            "dead_unit_share": final["dead"],
+            "dead_unit_share_layers": final["dead_layers"],
+            "saturated_share_init": init["saturated"],
+            "saturated_share": final["saturated"],
+            "activation_growth_init": init["growth"],
+            "input_rms": self.input_rms,
+            "label_imbalance": float(counts.max() / counts.min().clamp(min=1)) if counts is not None else math.nan,
+            "output_prob_share": _median(self.output_prob),
+            # The later half of the run only: before it has learned anything a model disagrees with no label.
+            "confident_disagreement": _median(d for step, d in self.disagreement if 2 * step >= self.step),
+            "train_in_eval_share": forwards["train_in_eval"] / forwards["train"] if forwards["train"] else 0.0,
+            "eval_in_train_share": forwards["eval_in_train"] / forwards["eval"] if forwards["eval"] else 0.0,
+            "loss_spike_steps": spike_steps,
+            "loss_spike_period": period,
+            "periodic_spikes": periodic,
             "data_wait_s": self.wait_s,
             "loop_s": elapsed,
             "data_wait_share": self.wait_s / elapsed if elapsed > 0 else math.nan,

@@ -14,14 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 3  # 2: update_ratio_curve, update_ratio_peak; 3: the device study's timings, threads
+SCHEMA_VERSION = 4  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
     # identity: what was run
     ("cell_id", _str, "readable key plus a hash of the resolved recipe"),
-    ("fault", _str, "the condition planted (conf/fault/ option name)"),
-    ("diagnosis", _str, "the verdict the rules should give; used for scoring only"),
+    ("fault", _str, "the condition planted (conf/fault/ option name; a+b for two at once)"),
+    ("diagnosis", _str, "the verdict the rules should give (a+b for two); used for scoring only"),
     ("dataset", _str, "conf/dataset/ option name"),
     ("model", _str, "conf/model/ option name"),
     ("seed", _i64, "seed of the split, initialization, batch order and probes"),
@@ -67,10 +67,27 @@ _COLUMNS = [
     ("update_ratio_median", _f64, "median update ratio over parameters that got gradients"),
     ("update_ratio_curve", pa.list_(_f64), "at each census step: the median update ratio over those parameters"),
     ("update_ratio_peak", _f64, "largest value of that curve"),
+    ("grad_depth_ratio_init", _f64, "|.grad| of the first weight matrix over the last one's, at the first census"),
+    ("grad_depth_ratio", _f64, "median of that ratio over the census steps"),
     # dead units
     ("dead_unit_share_init", _f64, "share of ReLU units never active on the probe batch, at initialization"),
     ("dead_unit_share", _f64, "the same after training"),
     ("dead_unit_share_layers", pa.list_(_f64), "after training, per ReLU module"),
+    # the activations, inputs, labels and outputs the loop hands over
+    ("saturated_share_init", _f64, "share of Tanh/Sigmoid outputs within 1% of their bounds, at initialization"),
+    ("saturated_share", _f64, "the same after training"),
+    ("activation_growth_init", _f64, "RMS of the last activation module's output over the first's, at init"),
+    ("input_rms", _f64, "root mean square of the first batch's inputs (standardized data: about 1)"),
+    ("label_imbalance", _f64, "most frequent class over least frequent among the training labels seen"),
+    ("output_prob_share", _f64, "median share of output rows that are already probabilities (softmax applied)"),
+    (
+        "confident_disagreement",
+        _f64,
+        "median over the later half of the census steps: share of the batch predicted with p > 0.9 for another"
+        " class while its label gets p < 0.1",
+    ),
+    ("train_in_eval_share", _f64, "share of training forwards run in eval mode (0 without dropout/BatchNorm)"),
+    ("eval_in_train_share", _f64, "share of evaluation forwards run in training mode (0 without them)"),
     # data wait
     ("data_wait_s", _f64, "seconds the loop waited for batches"),
     ("loop_s", _f64, "seconds of the training loop"),
@@ -87,6 +104,9 @@ _COLUMNS = [
     # curves
     ("train_loss_curve", pa.list_(_f64), "training loss at every step"),
     ("nonfinite_losses", _i64, "steps whose training loss was NaN or infinite"),
+    ("loss_spike_steps", pa.list_(_i64), "steps (batch indices) whose loss jumped far out of its recent range"),
+    ("loss_spike_period", _f64, "most common gap between consecutive spikes"),
+    ("periodic_spikes", _i64, "how many gaps between consecutive spikes equal that period"),
     ("val_steps", pa.list_(_i64), "steps at which validation ran (0 = before training)"),
     ("val_loss_curve", pa.list_(_f64), "validation loss at val_steps"),
     ("val_acc_curve", pa.list_(_f64), "validation accuracy at val_steps"),
@@ -109,10 +129,20 @@ def recipe_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(recipe), sort_keys=True)
 
 
+def planted(cfg: DictConfig) -> tuple[str, str]:
+    """The planted fault(s) and the verdict(s) that should name them, each joined with "+" (`fault=[a,b]`)."""
+    faults = cfg.get("fault") or {}
+    if {"name", "diagnosis"} & set(faults):
+        raise ValueError("a fault file names itself as `fault: {<name>: <verdict>}`, not with name/diagnosis keys")
+    if not faults or not all(isinstance(v, str) and v for v in faults.values()):
+        raise ValueError("no fault chosen: a fault file adds `fault: {<name>: <verdict>}`, e.g. {healthy: healthy}")
+    return "+".join(faults), "+".join(faults.values())
+
+
 def cell_id(cfg: DictConfig) -> str:
     """Readable name plus a hash of every resolved value, so a changed recipe never reuses an old record."""
     digest = hashlib.sha1(recipe_yaml(cfg).encode()).hexdigest()[:10]
-    return f"{cfg.fault.name}-{cfg.dataset.name}-{cfg.device.name}-s{cfg.seed}-{digest}"
+    return f"{planted(cfg)[0]}-{cfg.dataset.name}-{cfg.device.name}-s{cfg.seed}-{digest}"
 
 
 def empty_record() -> dict:

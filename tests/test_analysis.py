@@ -42,6 +42,18 @@ def record(**measurements) -> pd.Series:
         "update_ratio_peak": 1.5e-2,
         "final_val_acc": 0.97,
         "final_train_acc": 1.0,
+        "final_val_loss": 0.13,
+        "final_train_loss": 0.01,
+        "input_rms": 0.9,
+        "label_imbalance": 1.05,
+        "output_prob_share": 0.0,
+        "train_in_eval_share": 0.0,
+        "eval_in_train_share": 0.0,
+        "activation_growth_init": 0.45,
+        "grad_depth_ratio_init": 0.9,
+        "saturated_share_init": math.nan,
+        "periodic_spikes": 0,
+        "confident_disagreement": 0.0,
         "memorize_best_loss": 0.001,
         "memorize_rates": [1e-4, 1e-3, 1e-2],
         "memorize_losses": [0.5, 0.001, 0.0],
@@ -53,13 +65,26 @@ PLANTED = {
     "starved_loader": {"data_wait_share": 0.7},
     "frozen_params": {"params_without_grad_share": 0.92},
     "no_zero_grad": {"accumulation_ratio": 30.0},
-    "unscaled_inputs": {"first_loss": 35.0},
+    "wrong_mode": {"eval_in_train_share": 1.0},
+    "double_softmax": {"output_prob_share": 1.0},
+    "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
     "dead_relu": {"dead_unit_share_init": 1.0},
+    "exploding_gradients": {"activation_growth_init": 150.0, "first_loss": 280.0},
+    "vanishing_gradients": {"grad_depth_ratio_init": 1e-5},
+    "saturated_activations": {"saturated_share_init": 0.6},
+    "class_imbalance": {"label_imbalance": 25.0},
+    "periodic_bad_batch": {"periodic_spikes": 18, "loss_spike_period": 30.0, "loss_spike_steps": [59, 89, 119]},
     "lr_too_low": {"update_ratio_peak": 2e-5},
     "lr_too_high": {"update_ratio_peak": 1.5},
     "shuffled_labels": {"final_val_acc": 0.11, "final_train_acc": 0.45},
+    "label_noise": {"confident_disagreement": 0.22, "final_train_acc": 0.72, "final_val_acc": 0.9},
+    "overfitting": {"final_val_loss": 0.4, "final_train_loss": 0.001},
     "model_too_small": {"final_train_acc": 0.78, "final_val_acc": 0.76},
 }
+
+
+def test_every_rule_has_a_hand_made_fault():
+    assert set(PLANTED) == {rule.verdict for rule in RULES}
 
 
 @pytest.mark.parametrize("verdict", PLANTED)
@@ -72,10 +97,10 @@ def test_each_rule_names_its_fault_with_numbers_and_a_next_step(verdict):
 
 def test_a_healthy_record_is_healthy_and_every_firing_rule_is_listed():
     assert [f.verdict for f in diagnose(record(), RULES, THRESHOLDS)] == [HEALTHY]
-    both = record(data_wait_share=0.7, first_loss=35.0)
+    both = record(data_wait_share=0.7, input_rms=250.0, first_loss=35.0)
     findings = diagnose(both, RULES, THRESHOLDS)
     assert [f.verdict for f in findings] == ["starved_loader", "unscaled_inputs"]
-    assert "first loss 35.0 against ln 10 = 2.30" in findings[1].evidence
+    assert "RMS of 250" in findings[1].evidence and "first loss was 35.0 against ln 10 = 2.30" in findings[1].evidence
     table = verdicts(pd.DataFrame([both, record()]), RULES, THRESHOLDS)
     assert table.verdict.tolist() == ["starved_loader", HEALTHY]
     assert table.fired.tolist() == [["starved_loader", "unscaled_inputs"], []]
@@ -161,7 +186,8 @@ def test_report_builds_and_its_accuracy_lines_match_its_tables(short_grid, tmp_p
     assert "in-sample" in report and "held out" in report and "do not cover" in report
     assert lines == [line for line in text.splitlines() if line.startswith("accuracy ")]
     for line in lines:
-        _, dataset, method, score, role = line.split()
+        _, dataset, method, score, role, family, steps = line.split()
+        assert (family, steps) == ("family=mlp", f"steps={SHORT[0].split('=')[1]}")
         assert role == ("in-sample" if dataset == "digits" else "held-out")
         rows = re.findall(rf"^\| {dataset} \| {role} \| (.+) \|$", report, flags=re.M)
         assert rows, f"no accuracy row for {dataset}"
@@ -170,4 +196,5 @@ def test_report_builds_and_its_accuracy_lines_match_its_tables(short_grid, tmp_p
         per_fault = report.split(f"## {dataset} ")[1].split("Confusion")[0]
         fault_rows = re.findall(r"^\| \w+ \| (\d+/\d+ .+) \|$", per_fault, flags=re.M)
         hits = [int(row.split(" | ")[column].split("/")[0]) for row in fault_rows]
-        assert len(fault_rows) == len(FAULTS) and sum(hits) == int(score.split("/")[0])
+        verdicts_planted = {make_config(f"fault={f}").fault[f] for f in FAULTS}
+        assert len(fault_rows) == len(verdicts_planted) and sum(hits) == int(score.split("/")[0])

@@ -5,15 +5,16 @@ A fault or dataset kept outside the repository works through --config-dir, as th
 
 import pandas as pd
 import pytest
-from conftest import CONF, FAULTS, SHORT, run_entry
+from conftest import CONF, DATASETS, FAULTS, SHORT, run_entry
 
 BAD = {
     "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS),
-    "dataset=mnist": "unknown dataset 'mnist'; valid choices: digits, synthetic",
+    "dataset=mnist": "unknown dataset 'mnist'; valid choices: " + ", ".join(DATASETS),
     "device=tpu": "unknown device 'tpu'; valid choices: cpu, cuda",
     "+sweep=huge": "unknown sweep 'huge'; valid choices: "
     + ", ".join(sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))),
     "fault=healthy,nope": "unknown fault 'nope'",
+    "fault=[lr_too_high,nope]": "unknown fault 'nope'",
     "fault==": "malformed override 'fault=='",
     "optimizer.lrr=0.1": "Key 'lrr' is not in struct",
     "seed=abc": "seed must be an integer, got 'abc'",
@@ -34,8 +35,18 @@ def test_a_fault_file_that_does_not_name_itself_is_refused(tmp_path, records):
     (tmp_path / "fault" / "nameless.yaml").write_text("# @package _global_\noptimizer:\n  lr: 0.5\n")
     result = run_entry("--config-dir", str(tmp_path), "fault=nameless", f"run.records={records}")
     assert result.returncode == 2
-    unset = "fault.diagnosis, fault.name unset (a fault file sets fault.name and fault.diagnosis)"
-    assert result.stderr.strip().splitlines() == [f"error: fault=nameless leaves {unset}"]
+    why = "no fault chosen: a fault file adds `fault: {<name>: <verdict>}`, e.g. {healthy: healthy}"
+    assert result.stderr.strip().splitlines() == [f"error: fault=nameless: {why}"]
+
+
+def test_a_fault_file_in_the_old_name_and_diagnosis_form_is_refused(tmp_path, records):
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "old.yaml").write_text("# @package _global_\nfault: {name: old, diagnosis: lr_too_low}\n")
+    result = run_entry("--config-dir", str(tmp_path), "fault=old", f"run.records={records}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: fault=old: a fault file names itself as `fault: {<name>: <verdict>}`, not with name/diagnosis keys"
+    ]
 
 
 def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, records):
@@ -44,7 +55,7 @@ def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, rec
     (tmp_path / "fault" / "sgd_no_momentum.yaml").write_text(
         "# @package _global_\n"
         "# Plain SGD at Adam's rate: far too slow for 600 steps.\n"
-        "fault: {name: sgd_no_momentum, diagnosis: lr_too_low}\n"
+        "fault: {sgd_no_momentum: lr_too_low}\n"
         "optimizer: {_target_: torch.optim.SGD, lr: 1.0e-3}\n"
     )
     (tmp_path / "dataset" / "iris.yaml").write_text(
@@ -70,3 +81,13 @@ def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, rec
         "ok",
     )
     assert "_target_: torch.optim.SGD" in row.config_yaml
+
+
+def test_a_glob_over_faults_checks_every_file_it_finds(tmp_path):
+    from harness.cli import check_command_line
+
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "zz_old.yaml").write_text("# @package _global_\nfault: {name: old, diagnosis: lr_too_low}\n")
+    problem = check_command_line(["--config-dir", str(tmp_path), "fault=glob(*)"])
+    assert problem is not None and problem.startswith("fault=zz_old: a fault file names itself")
+    assert check_command_line(["--config-dir", str(tmp_path), "fault=glob(*,exclude=zz_*)"]) is None

@@ -5,7 +5,7 @@ from conftest import CONF, DATASETS, DEVICES, FAULTS, make_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from harness.records import recipe_yaml
+from harness.records import planted, recipe_yaml
 
 
 def test_the_grid_axes_are_all_there():
@@ -17,9 +17,16 @@ def test_the_grid_axes_are_all_there():
 @pytest.mark.parametrize("fault", FAULTS)
 def test_fault_file_names_itself_and_its_verdict(fault):
     cfg = make_config(f"fault={fault}")
-    assert cfg.fault.name == fault
-    assert isinstance(cfg.fault.diagnosis, str) and cfg.fault.diagnosis
+    assert list(cfg.fault) == [fault]
+    assert isinstance(cfg.fault[fault], str) and cfg.fault[fault]
+    assert planted(cfg) == (fault, cfg.fault[fault])
     assert not OmegaConf.missing_keys(cfg)
+
+
+def test_two_faults_compose_into_one_cell_with_both_verdicts():
+    cfg = make_config("fault=[lr_too_high,starved_loader]")
+    assert planted(cfg) == ("lr_too_high+starved_loader", "lr_too_high+starved_loader")
+    assert cfg.optimizer.lr == 0.1 and cfg.data.batch_latency_s > 0  # both changes are in the recipe
 
 
 @pytest.mark.parametrize("fault", [f for f in FAULTS if f != "healthy"])

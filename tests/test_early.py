@@ -17,6 +17,7 @@ def cell(steps: int, dataset: str, wait: float) -> dict:
         "status": "ok",
         "diagnosis": "starved_loader",
         "dataset": dataset,
+        "model": "mlp",
         "config_yaml": f"loop:\n  steps: {steps}\n",
         "first_loss": 2.3,
         "ln_classes": math.log(10),
@@ -46,7 +47,7 @@ def test_rules_are_scored_per_budget_and_dataset():
         [600, "synthetic", 1, 1, "held-out"],
     ]
     assert accuracy_lines(summary) == [
-        "accuracy digits rules 0/1 in-sample steps=50",
-        "accuracy digits rules 1/1 in-sample steps=600",
-        "accuracy synthetic rules 1/1 held-out steps=600",
+        "accuracy digits rules 0/1 in-sample family=mlp steps=50",
+        "accuracy digits rules 1/1 in-sample family=mlp steps=600",
+        "accuracy synthetic rules 1/1 held-out family=mlp steps=600",
     ]

@@ -35,7 +35,7 @@ def test_every_fault_gives_an_ok_record_with_every_measurement(fault, dataset):
     assert (record["fault"], record["dataset"], record["diagnosis"]) == (
         fault,
         dataset,
-        make_config(f"fault={fault}").fault.diagnosis,
+        make_config(f"fault={fault}").fault[fault],
     )
     assert len(record["train_loss_curve"]) == 40 and record["val_steps"] == [0, 20, 40]
 
@@ -61,8 +61,9 @@ def test_starved_loader_waits_most_of_the_time(dataset):
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
-def test_unscaled_inputs_start_far_above_ln_c(dataset):
+def test_unscaled_inputs_are_large_and_start_far_above_ln_c(dataset):
     healthy, unscaled = short_run("healthy", dataset), short_run("unscaled_inputs", dataset)
+    assert 0.5 < healthy["input_rms"] < 1.5 and unscaled["input_rms"] > 100
     assert abs(healthy["first_loss"] - healthy["ln_classes"]) < 0.5
     assert unscaled["first_loss"] > 4 * unscaled["ln_classes"]
 
@@ -130,3 +131,69 @@ def test_healthy_recipe_reaches_good_validation_accuracy(dataset):
     assert record["status"] == "ok"
     assert record["final_val_acc"] > 0.9
     assert np.isclose(record["first_loss"], record["ln_classes"], atol=0.3)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_exploding_gradients_grow_the_signal_layer_after_layer(dataset):
+    assert short_run("healthy", dataset)["activation_growth_init"] < 2
+    record = short_run("exploding_gradients", dataset)
+    assert record["activation_growth_init"] > 20 and record["first_loss"] > 10 * record["ln_classes"]
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_vanishing_gradients_starve_the_first_layer(dataset):
+    assert short_run("healthy", dataset)["grad_depth_ratio_init"] > 0.1
+    assert short_run("vanishing_gradients", dataset)["grad_depth_ratio_init"] < 1e-2
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_saturated_activations_start_near_their_bounds(dataset):
+    assert math.isnan(short_run("healthy", dataset)["saturated_share_init"])  # no tanh or sigmoid to saturate
+    assert short_run("saturated_activations", dataset)["saturated_share_init"] > 0.3
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_double_softmax_hands_probabilities_to_the_loss(dataset):
+    assert short_run("healthy", dataset)["output_prob_share"] == 0
+    assert short_run("double_softmax", dataset)["output_prob_share"] == 1
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_wrong_mode_faults_are_seen_in_the_forwards_and_dropout_alone_is_not(dataset):
+    control = short_run("healthy_dropout", dataset)
+    assert control["eval_in_train_share"] == 0 and control["train_in_eval_share"] == 0
+    assert short_run("eval_in_train_mode", dataset)["eval_in_train_share"] == 1
+    assert short_run("train_in_eval_mode", dataset)["train_in_eval_share"] == 1
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_class_imbalance_shows_in_the_labels_the_loop_sees(dataset):
+    assert short_run("healthy", dataset)["label_imbalance"] < 1.6
+    assert short_run("class_imbalance", dataset)["label_imbalance"] > 8
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_overfitting_trains_on_a_small_set(dataset):
+    assert short_run("overfitting", dataset)["n_train"] == 128 < short_run("healthy", dataset)["n_train"]
+
+
+def _labels(dataset, *overrides):
+    cfg = make_config(f"dataset={dataset}", *overrides)
+    return load_splits(cfg.dataset, cfg.data, 0)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_label_noise_and_misalignment_change_the_training_labels_only(dataset):
+    truth = _labels(dataset)
+    noisy, shifted = _labels(dataset, "fault=label_noise"), _labels(dataset, "fault=misaligned_labels")
+    agreement = (truth.y_train == noisy.y_train).float().mean().item()
+    assert 0.6 < agreement < 0.8  # 30% replaced by another class
+    assert torch.equal(shifted.y_train, torch.roll(truth.y_train, 1))
+    assert torch.equal(truth.y_val, noisy.y_val) and torch.equal(truth.y_val, shifted.y_val)
+
+
+def test_every_kth_batch_is_mislabeled():
+    x, y = torch.zeros(64, 1), torch.zeros(64, dtype=torch.long)
+    stream = training_batches(x, y, batch_size=8, seed=0, bad_batch_every=3, n_classes=10)
+    bad = [bool(next(stream)[1].any()) for _ in range(12)]
+    assert bad == [False, False, True] * 4

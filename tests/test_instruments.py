@@ -9,7 +9,7 @@ from conftest import SHORT, make_config
 from torch import nn
 
 from harness.cell import measure
-from harness.instruments import Instruments, dead_units, memorize
+from harness.instruments import Instruments, activation_census, dead_units, memorize, periodicity, spikes
 
 
 class TwoHeads(nn.Module):
@@ -148,3 +148,73 @@ def test_instruments_do_not_change_the_training_they_watch():
     bare = measure(cfg, torch.device("cpu"), instrumented=False)
     for key in ("final_train_loss", "final_val_loss", "final_val_acc", "memorize_best_loss"):
         assert observed[key] == bare[key], key
+
+
+def test_activation_census_known_answers():
+    saturating = nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 2), nn.Sigmoid())
+    with torch.no_grad():
+        saturating[0].weight.copy_(torch.tensor([[100.0], [0.0]]))  # unit 0 saturates, unit 1 sits at tanh(0) = 0
+        saturating[0].bias.zero_()
+        saturating[2].weight.zero_()
+        saturating[2].bias.zero_()  # sigmoid(0) = 0.5: not saturated
+    census = activation_census(saturating, torch.tensor([[1.0], [-1.0]]))
+    assert census["saturated"] == pytest.approx(2 / 8) and math.isnan(census["dead"])
+    growing = nn.Sequential(nn.Linear(1, 1, bias=False), nn.ReLU(), nn.Linear(1, 1, bias=False), nn.ReLU())
+    with torch.no_grad():
+        growing[0].weight.fill_(1.0)
+        growing[2].weight.fill_(8.0)
+    assert activation_census(growing, torch.tensor([[1.0], [2.0]]))["growth"] == pytest.approx(8.0)
+
+
+def test_spikes_are_found_once_each_and_their_period_is_counted():
+    losses = [1.0] + [0.05] * 199
+    for step in (40, 41, 70, 100, 130, 175):  # 40 and 41 are one spike
+        losses[step] = 2.0
+    found = spikes(losses)
+    assert found == [40, 70, 100, 130, 175]
+    assert periodicity(found) == (30.0, 3)
+    noisy = [1.0] + [0.05 + 0.04 * (i % 3) for i in range(199)]  # jitter of a small loss is no spike
+    assert spikes(noisy) == []
+    plateau = [2.3] + [1.5 + 0.01 * (i % 2) for i in range(199)]  # a loss stuck high still shows its spikes
+    plateau[60] = plateau[90] = 2.2
+    assert spikes(plateau) == [60, 90]
+    period, count = periodicity([])
+    assert math.isnan(period) and count == 0
+
+
+def test_mode_and_output_checks_see_only_the_model_and_its_forwards():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3), nn.Softmax(dim=1))
+    optimizer = torch.optim.Adam(model.parameters())
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
+    batch = (torch.randn(16, 4), torch.tensor([0] * 12 + [1] * 3 + [2]))
+    model.train()
+    for x, y in instruments.watch([batch] * 3):
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+        with torch.no_grad():
+            model(x)  # a validation forward left in training mode
+    m = instruments.finish()
+    assert m["output_prob_share"] == 1.0
+    assert m["eval_in_train_share"] == 1.0 and m["train_in_eval_share"] == 0.0
+    assert m["label_imbalance"] == 12.0
+    assert m["input_rms"] == pytest.approx(float(batch[0].pow(2).mean().sqrt()))
+
+
+def test_confident_disagreement_counts_the_labels_the_model_contradicts():
+    model = nn.Linear(2, 3)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))  # class 0 first, the others get p < 1e-4
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
+    batch = (torch.zeros(4, 2), torch.tensor([0, 0, 1, 2]))
+    for x, y in instruments.watch([batch] * 4):
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    assert instruments.finish()["confident_disagreement"] == 0.5

@@ -108,3 +108,29 @@ def test_cuda_cells_without_cuda_are_recorded_as_skipped(records):
 def test_cuda_cells_run_on_the_gpu():
     record = run_cell(make_config(*SHORT, "device=cuda"))
     assert record["status"] == "ok" and record["device"] == "cuda" and record["device_name"]
+
+
+def test_the_pairs_sweep_plants_two_faults_per_cell_and_skips_clashing_pairs(records):
+    pairs = "hydra.sweeper.pairs=[lr_too_high,lr_too_low,starved_loader,healthy_dropout]"
+    result = run_entry("+sweep=pairs", pairs, "seed=0", "dataset=digits", f"run.records={records}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    frame = pd.read_parquet(records)
+    # lr_too_high and lr_too_low both set optimizer.lr: that pair cannot share a cell
+    assert sorted(frame.fault) == [
+        "lr_too_high+healthy_dropout",
+        "lr_too_high+starved_loader",
+        "lr_too_low+healthy_dropout",
+        "lr_too_low+starved_loader",
+        "starved_loader+healthy_dropout",
+    ]
+    row = frame.set_index("fault").loc["lr_too_high+starved_loader"]
+    assert row.diagnosis == "lr_too_high+starved_loader" and row.data_wait_share > 0.3
+    assert "lr: 0.1" in row.config_yaml
+
+
+def test_a_pair_whose_model_cannot_be_built_is_left_out():
+    from hydra_plugins.doctor_grid_sweeper.grid_sweeper import _model_builds
+
+    mlp = {"model._target_": "harness.model.MLP", "model.name": "mlp", "model.hidden": [64, 64]}
+    assert _model_builds({**mlp, "model.frozen_layers": [0, 1]})
+    assert not _model_builds({**mlp, "model.hidden": [4], "model.frozen_layers": [0, 1]})

@@ -6,12 +6,14 @@ very same config for every job, but it is built for many short cells:
   plain value overrides (seed=3, ...) with Hydra's own override code, instead of a full composition per job
   (about 50 ms each) in the parent and again in a worker;
 - it decides in the parent which cells are already done, so a resumed sweep launches only what is missing;
-- it runs the cells on joblib workers directly (`n_jobs`, `backend`), with one progress bar and one summary.
+- it runs the cells on joblib workers directly (`n_jobs`, `backend`), with one progress bar and one summary;
+- `pairs` plants two faults per cell: every pair of the listed fault options that do not set the same key.
 Hydra's own sweeper and launchers stay available: `hydra/sweeper=basic hydra/launcher=joblib` runs every
 cell as a Hydra job (slower per cell, but any Hydra launcher, e.g. a SLURM one, can then be used).
 """
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,16 +32,24 @@ class GridSweeperConf:
     params: dict[str, str] = field(default_factory=dict)  # the grid, as for Hydra's basic sweeper
     n_jobs: int = -1  # joblib workers; -1 = one per CPU core
     backend: str = "loky"  # joblib backend: loky (processes), threading, or a registered one (dask, ray)
+    pairs: list[str] = field(default_factory=list)  # fault options to plant two at a time (see `fault_pairs`)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="grid", node=GridSweeperConf, provider="training-run-doctor")
 
 
 class GridSweeper(Sweeper):
-    def __init__(self, params: dict[str, str] | None = None, n_jobs: int = -1, backend: str = "loky"):
+    def __init__(
+        self,
+        params: dict[str, str] | None = None,
+        n_jobs: int = -1,
+        backend: str = "loky",
+        pairs: list[str] | None = None,
+    ):
         self.params = dict(params or {})
         self.n_jobs = n_jobs
         self.backend = backend
+        self.pairs = list(pairs or [])
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -49,7 +59,10 @@ class GridSweeper(Sweeper):
         """The resolved application config of every job of the grid (without the hydra node)."""
         loader = self.hydra_context.config_loader
         parser = OverridesParser.create(config_loader=loader)
-        lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        params = dict(self.params)
+        if self.pairs:
+            params["fault"] = ",".join(f"[{a},{b}]" for a, b in self.fault_pairs())
+        lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
         jobs = BasicSweeper.split_arguments(parser.parse_overrides(lines), None)[0]
         composed: dict[tuple[str, ...], DictConfig] = {}
         cells = []
@@ -71,6 +84,31 @@ class GridSweeper(Sweeper):
             cells.append(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
         return cells
 
+    def _application(self, overrides: list[str]) -> dict:
+        full = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        return OmegaConf.to_container(OmegaConf.masked_copy(full, [k for k in full if k != "hydra"]), resolve=True)
+
+    def fault_pairs(self) -> list[tuple[str, str]]:
+        """Every pair of the `pairs` options that can share a cell: different verdicts, no key set by both.
+
+        Two faults that set the same key (two learning rates, two activations) cannot both be planted: the
+        second would silently replace the first. A pair whose model cannot be built is left out too
+        (frozen_params freezes hidden layers 0 and 1; model_too_small has only one).
+        """
+        healthy = _flat(self._application([]))
+        changes, verdicts = {}, {}
+        for name in self.pairs:
+            values = _flat(self._application([f"fault={name}"]))
+            verdicts[name] = values[f"fault.{name}"]
+            changes[name] = {k: v for k, v in values.items() if not k.startswith("fault.") and healthy.get(k) != v}
+        return [
+            (a, b)
+            for a, b in itertools.combinations(self.pairs, 2)
+            if verdicts[a] != verdicts[b]
+            and not changes[a].keys() & changes[b].keys()
+            and _model_builds({**healthy, **changes[a], **changes[b]})
+        ]
+
     def sweep(self, arguments: list[str]) -> Any:
         from harness.sweep import run_cells
 
@@ -78,3 +116,26 @@ class GridSweeper(Sweeper):
         if counts["failed"]:
             raise SystemExit(1)  # the summary above names the failed cells
         return counts
+
+
+def _model_builds(values: dict) -> bool:
+    """Whether the model of a flat recipe can be built (on 64 inputs and 10 classes: any family takes them)."""
+    from hydra.utils import instantiate
+
+    spec = {k.removeprefix("model."): v for k, v in values.items() if k.startswith("model.") and k != "model.name"}
+    try:
+        instantiate(spec, n_inputs=64, n_classes=10)
+    except Exception:  # noqa: BLE001 - whatever the constructor refuses
+        return False
+    return True
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    """A nested config as {dotted.key: value}."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,69 @@
+"""Other model families: the rules fitted on the MLP, scored on other families without refitting, then with.
+
+Reads the records of `make families` (a small CNN on digits, a GRU on a generated sequence task; every fault,
+5 seeds). `rules` uses the thresholds fitted on the MLP's digits runs (`analysis/thresholds.json`): the
+families were never seen while fitting, so these scores are held out. `rules-refit` refits the thresholds on
+the family's own records, leaving out the seed it scores (leave-one-seed-out), to show what carrying the
+rules over costs; a rule whose fault the family's records lack keeps the MLP's threshold.
+"""
+
+import pandas as pd
+
+from analysis.fit import fit_thresholds
+from analysis.rules import RULES, load_thresholds, verdicts
+from analysis.score import budgets
+
+METHODS = ("rules", "rules-refit")
+ROLES = {"rules": "held-out", "rules-refit": "refit-loso"}
+
+
+def predictions(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+    """The verdict of each method for every ok single-fault record."""
+    records = records[(records.status == "ok") & ~records.diagnosis.str.contains("+", regex=False)]
+    fitted = load_thresholds() if thresholds is None else thresholds
+    refit = []
+    for _, group in records.groupby(["model", "dataset"]):
+        for seed in sorted(group.seed.unique()):
+            held, rest = group[group.seed == seed], group[group.seed != seed]
+            if len(rest):  # with a single seed there is nothing to refit on: those cells count as misses
+                refit.append(verdicts(held, RULES, fit_thresholds(rest, fallback=fitted)).verdict)
+    return pd.DataFrame(
+        {
+            "family": records.model,
+            "dataset": records.dataset,
+            "steps": budgets(records),
+            "diagnosis": records.diagnosis,
+            "rules": verdicts(records, RULES, fitted).verdict,
+            "rules-refit": pd.concat(refit).reindex(records.index) if refit else pd.Series(dtype=str),
+        },
+        index=records.index,
+    )
+
+
+def accuracy(table: pd.DataFrame) -> pd.DataFrame:
+    """Correct verdicts per family, dataset and method."""
+    rows = []
+    for (family, dataset), group in table.groupby(["family", "dataset"]):
+        steps = ",".join(str(s) for s in sorted(group.steps.unique()))
+        for method in METHODS:
+            correct = int((group[method] == group.diagnosis).sum())
+            rows.append((family, dataset, method, correct, len(group), ROLES[method], steps))
+    return pd.DataFrame(rows, columns=["family", "dataset", "method", "correct", "total", "role", "steps"])
+
+
+def per_fault(table: pd.DataFrame) -> pd.DataFrame:
+    """Correct / cells per planted verdict (rows) and family x method (columns)."""
+    columns = {}
+    for family, group in table.groupby("family"):
+        for method in METHODS:
+            hits = (group[method] == group.diagnosis).groupby(group.diagnosis)
+            columns[f"{family} {method}"] = hits.sum().astype(str) + "/" + hits.size().astype(str)
+    return pd.DataFrame(columns).fillna("").rename_axis("planted")
+
+
+def accuracy_lines(summary: pd.DataFrame) -> list[str]:
+    """`accuracy <dataset> <method> <c>/<n> <role> family=<family> steps=<N>`."""
+    return [
+        f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {r.role} family={r.family} steps={r.steps}"
+        for r in summary.itertuples()
+    ]
