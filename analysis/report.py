@@ -108,7 +108,7 @@ def plot_measurements(records: pd.DataFrame, thresholds: dict[str, float], path:
         axis.set_visible(False)
     axes.flat[0].legend(fontsize=8)
     figure.suptitle("Each rule's measurement by planted fault (red: the threshold fitted on digits)")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.98))  # leave the top strip to the title
     figure.savefig(path, dpi=80)
     plt.close(figure)
 
