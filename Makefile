@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke early pairs families gpu-study fit report doctor test test-all lint format bench bench-doctor clean-runs
+.PHONY: help setup sweep smoke early pairs families gpu-study fit report doctor test test-all lint format bench bench-doctor bench-engines clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -78,6 +78,9 @@ format: setup ## reformat with ruff
 
 bench: setup ## measure grid wall vs its floor, instrument overhead, 2 workers vs 1 (about 3 minutes)
 	$(BIN)/python bench/grid.py
+
+bench-engines: setup ## the 100-cell grid on a local Dask cluster against the joblib default (about 3 minutes)
+	$(BIN)/python bench/engines.py
 
 bench-doctor: setup ## measure the doctor's overhead on a user's loop and its time to a verdict (about 1 minute)
 	$(BIN)/python bench/doctor_overhead.py

@@ -4,16 +4,21 @@
 grid) and is what `make sweep` ends in. `run_and_save` is the task each worker runs for one cell. This module
 imports no torch: the parent process only composes, checks and counts, and `harness.cell` is imported in
 the workers when the first cell runs there.
+
+The workers are joblib's: loky processes on this machine by default, or a Dask cluster (`backend="dask"`),
+either one already running at `address` or a local one started for the sweep. Every worker writes its
+records straight into the records folder, so on a cluster that folder must be one all machines share.
 """
 
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from joblib import Parallel, delayed, effective_n_jobs
+from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from omegaconf import DictConfig
 from tqdm import tqdm
 
@@ -45,11 +50,39 @@ def is_done(cfg: DictConfig, key: str) -> bool:
     return not cfg.run.force and record_status(cfg.run.records, key) == "ok"
 
 
+@contextmanager
+def engine(backend: str, n_jobs: int, address: str | None = None) -> Iterator[Parallel]:
+    """The joblib Parallel that runs the cells: loky (or any joblib backend) here, or a Dask cluster.
+
+    With backend="dask", `address` names a running scheduler (e.g. tcp://10.0.0.5:8786); without one, a local
+    cluster of `n_jobs` single-threaded worker processes runs for the duration of the sweep.
+    """
+    if backend != "dask":
+        with Parallel(n_jobs=n_jobs, backend=backend, return_as="generator_unordered") as parallel:
+            yield parallel
+        return
+    from dask.distributed import Client, LocalCluster
+
+    cluster = None
+    if address is None:
+        workers = effective_n_jobs(n_jobs)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    try:
+        with Client(address or cluster), parallel_config(backend="dask"):
+            # joblib 1.6 fails on Parallel(backend="dask") given as a name; inside parallel_config it works.
+            # Each cell still sets its own torch threads (run.threads), as it does in a loky process.
+            yield Parallel(n_jobs=-1, return_as="generator_unordered")
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
 def run_cells(
     cells: Sequence[DictConfig] | Callable[[], Sequence[DictConfig]],
     n_jobs: int = -1,
     backend: str = "loky",
     out=sys.stderr,
+    address: str | None = None,
 ) -> Counter:
     """Run every cell not done yet on `n_jobs` joblib workers; print progress and a summary.
 
@@ -58,13 +91,13 @@ def run_cells(
     duplicate (a cell whose recipe another job of this sweep already has).
     """
     started = time.perf_counter()
-    with (
-        warnings.catch_warnings(),
-        Parallel(n_jobs=n_jobs, backend=backend, return_as="generator_unordered") as parallel,
-    ):
+    with warnings.catch_warnings(), engine(backend, n_jobs, address) as parallel:
         # When every cell is done already, the workers' warm-up is dropped unfinished: joblib warns about it.
         warnings.filterwarnings("ignore", message=r".*tasks which were still being processed", category=UserWarning)
-        warming = parallel(delayed(warm_worker)() for _ in range(effective_n_jobs(n_jobs)))
+        # Loky's fresh processes import torch before the first cell arrives; Dask workers import on first use.
+        warming = (
+            parallel(delayed(warm_worker)() for _ in range(effective_n_jobs(n_jobs))) if backend != "dask" else None
+        )
         cells = cells() if callable(cells) else cells
         counts, problems, folders = _run(cells, parallel, warming, out)
     wall = time.perf_counter() - started
@@ -101,9 +134,11 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple
 
     problems = []
     if not todo:  # nothing to run: no need to wait for the workers' warm-up
-        warming.close()
+        if warming is not None:
+            warming.close()
         return counts, problems, folders
-    list(warming)  # one Parallel call at a time: the warm-up has to be finished before the cells go out
+    if warming is not None:
+        list(warming)  # one Parallel call at a time: the warm-up has to be finished before the cells go out
     with tqdm(total=len(todo), unit="cell", desc="cells", file=out, dynamic_ncols=True, mininterval=1) as bar:
         if todo:
             for outcome in parallel(delayed(run_and_save)(cfg) for cfg in todo):

@@ -31,7 +31,8 @@ class GridSweeperConf:
     _target_: str = "hydra_plugins.doctor_grid_sweeper.grid_sweeper.GridSweeper"
     params: dict[str, str] = field(default_factory=dict)  # the grid, as for Hydra's basic sweeper
     n_jobs: int = -1  # joblib workers; -1 = one per CPU core
-    backend: str = "loky"  # joblib backend: loky (processes), threading, or a registered one (dask, ray)
+    backend: str = "loky"  # joblib backend: loky (processes here), dask (a Dask cluster), threading
+    address: str | None = None  # backend=dask: the scheduler, e.g. tcp://10.0.0.5:8786; unset: a local cluster
     pairs: list[str] = field(default_factory=list)  # fault options to plant two at a time (see `fault_pairs`)
 
 
@@ -44,11 +45,13 @@ class GridSweeper(Sweeper):
         params: dict[str, str] | None = None,
         n_jobs: int = -1,
         backend: str = "loky",
+        address: str | None = None,
         pairs: list[str] | None = None,
     ):
         self.params = dict(params or {})
         self.n_jobs = n_jobs
         self.backend = backend
+        self.address = address
         self.pairs = list(pairs or [])
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -112,7 +115,9 @@ class GridSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from harness.sweep import run_cells
 
-        counts = run_cells(lambda: self.compose_cells(arguments), n_jobs=self.n_jobs, backend=self.backend)
+        counts = run_cells(
+            lambda: self.compose_cells(arguments), n_jobs=self.n_jobs, backend=self.backend, address=self.address
+        )
         if counts["failed"]:
             raise SystemExit(1)  # the summary above names the failed cells
         return counts
