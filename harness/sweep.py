@@ -147,5 +147,7 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple
                     problems.append(outcome)
                     bar.set_postfix(failed=counts["failed"], skipped=counts["skipped"], refresh=False)
                 bar.update()
-
+    for folder in folders:  # again at the end: a writer killed just before this sweep began is surely gone now
+        if Path(folder).is_dir():
+            remove_stale_temporaries(folder)
     return counts, problems, folders
