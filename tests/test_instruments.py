@@ -189,11 +189,7 @@ def test_mode_and_output_checks_see_only_the_model_and_its_forwards():
     batch = (torch.randn(16, 4), torch.tensor([0] * 12 + [1] * 3 + [2]))
     model.train()
     for x, y in instruments.watch([batch] * 3):
-        loss = nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        instruments.after_backward(loss)
-        optimizer.step()
+        one_step(model, instruments, x, y)
         with torch.no_grad():
             model(x)  # a validation forward left in training mode
     m = instruments.finish()
@@ -212,9 +208,5 @@ def test_confident_disagreement_counts_the_labels_the_model_contradicts():
     instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
     batch = (torch.zeros(4, 2), torch.tensor([0, 0, 1, 2]))
     for x, y in instruments.watch([batch] * 4):
-        loss = nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        instruments.after_backward(loss)
-        optimizer.step()
+        one_step(model, instruments, x, y)
     assert instruments.finish()["confident_disagreement"] == 0.5
