@@ -9,9 +9,8 @@ rules over costs; a rule whose fault the family's records lack keeps the MLP's t
 
 import pandas as pd
 
-from analysis.fit import fit_thresholds
 from analysis.rules import RULES, load_thresholds, verdicts
-from analysis.score import budgets
+from analysis.score import budgets, leave_one_seed_out
 
 METHODS = ("rules", "rules-refit")
 ROLES = {"rules": "held-out", "rules-refit": "refit-loso"}
@@ -21,12 +20,12 @@ def predictions(records: pd.DataFrame, thresholds: dict[str, float] | None = Non
     """The verdict of each method for every ok single-fault record."""
     records = records[(records.status == "ok") & ~records.diagnosis.str.contains("+", regex=False)]
     fitted = load_thresholds() if thresholds is None else thresholds
-    refit = []
-    for _, group in records.groupby(["model", "dataset"]):
-        for seed in sorted(group.seed.unique()):
-            held, rest = group[group.seed == seed], group[group.seed != seed]
-            if len(rest):  # with a single seed there is nothing to refit on: those cells count as misses
-                refit.append(verdicts(held, RULES, fit_thresholds(rest, fallback=fitted)).verdict)
+    # With a single seed there is nothing to refit on: such a family's cells count as misses.
+    refit = [
+        leave_one_seed_out(group, "rules", fallback=fitted)
+        for _, group in records.groupby(["model", "dataset"])
+        if group.seed.nunique() > 1
+    ]
     return pd.DataFrame(
         {
             "family": records.model,

@@ -48,12 +48,15 @@ def predict(
     return pd.Series(model.predict(features(records)), index=records.index)
 
 
-def leave_one_seed_out(tuned: pd.DataFrame, method: str) -> pd.Series:
-    """Verdicts on the tuned dataset, each seed predicted by a method fitted without it."""
+def leave_one_seed_out(tuned: pd.DataFrame, method: str, fallback: dict[str, float] | None = None) -> pd.Series:
+    """Verdicts on the tuned records, each seed predicted by a method fitted without it.
+
+    `fallback`: thresholds kept by rules whose fault the records lack (see `fit_thresholds`).
+    """
     parts = []
     for seed in sorted(tuned.seed.unique()):
         held, rest = tuned[tuned.seed == seed], tuned[tuned.seed != seed]
-        thresholds = fit_thresholds(rest) if method == "rules" else None
+        thresholds = fit_thresholds(rest, fallback=fallback) if method == "rules" else None
         parts.append(predict(held, method, rest, thresholds))
     return pd.concat(parts).reindex(tuned.index)
 

@@ -221,8 +221,9 @@ class Instruments:
             return
         if len(labels) != len(probabilities) or int(labels.max()) >= probabilities.shape[1]:
             return
-        given = probabilities.gather(1, labels.to(probabilities.device).unsqueeze(1)).squeeze(1)
-        other_first = probabilities.argmax(dim=1) != labels.to(probabilities.device)
+        labels = labels.to(probabilities.device)
+        given = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
+        other_first = probabilities.argmax(dim=1) != labels
         self.disagreement.append((self.step + 1, float((other_first & (given < 0.1)).float().mean())))
 
     # ----- after backward: loss curve, first loss, gradient census ------------------------------------------

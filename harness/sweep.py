@@ -128,9 +128,7 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple
             todo.append(cfg)
         seen.add(key)
     folders = sorted({str(cfg.run.records) for cfg in cells})
-    for folder in folders:
-        if Path(folder).is_dir():
-            remove_stale_temporaries(folder)
+    _clear_temporaries(folders)
 
     problems = []
     if not todo:  # nothing to run: no need to wait for the workers' warm-up
@@ -147,7 +145,12 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple
                     problems.append(outcome)
                     bar.set_postfix(failed=counts["failed"], skipped=counts["skipped"], refresh=False)
                 bar.update()
-    for folder in folders:  # again at the end: a writer killed just before this sweep began is surely gone now
+    _clear_temporaries(folders)  # again at the end: a writer killed just before this sweep began is surely gone now
+    return counts, problems, folders
+
+
+def _clear_temporaries(folders: list[str]) -> None:
+    """Delete what killed writers left in the records folders."""
+    for folder in folders:
         if Path(folder).is_dir():
             remove_stale_temporaries(folder)
-    return counts, problems, folders
