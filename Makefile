@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke early pairs families gpu-study fit report doctor test test-all lint format bench bench-doctor bench-engines clean-runs
+.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor test test-all lint format bench bench-doctor bench-engines clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -38,11 +38,15 @@ sweep: setup ## run the grid SWEEP (default: 22 conditions x 5 seeds x 2 dataset
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke
 	$(MAKE) sweep SWEEP=smoke
 
-early: setup ## the default grid cut to 50..600 steps into runs/early; scores the rules at each budget (about 10 minutes)
-	$(MAKE) sweep SWEEP=early
-	$(BIN)/python -m analysis early runs/early
+zoo: setup ## healthy runs under 14 recipes and every fault at 3 sizes on digits + 12 generated problems into runs/zoo; scores them leaving one problem out (about 20 minutes)
+	$(MAKE) sweep SWEEP=zoo_faults RUNS=runs/zoo
+	$(MAKE) sweep SWEEP=zoo_healthy RUNS=runs/zoo
+	$(BIN)/python -m analysis zoo runs/zoo
 
-pairs: setup ## two faults per cell (146 pairs x 2 seeds x 2 datasets) into runs/pairs; scores both-named (about 5 minutes)
+early: setup ## the rules on RUNS as they were at 50, 100, 200, 400 and 600 steps, each budget with its own thresholds
+	$(BIN)/python -m analysis early $(RUNS)
+
+pairs: setup ## two faults per cell (148 pairs x 2 seeds x 2 datasets) into runs/pairs; scores both-named (about 15 minutes)
 	$(MAKE) sweep SWEEP=pairs
 	$(BIN)/python -m analysis pairs runs/pairs
 
@@ -55,10 +59,10 @@ gpu-study: setup ## the device study (width x batch x cpu/cuda) into runs/device
 	$(MAKE) sweep SWEEP=devices
 	$(BIN)/python -m analysis devices runs/devices
 
-fit: setup ## fit the rules' thresholds on the digits records in RUNS; writes analysis/thresholds.json
-	$(BIN)/python -m analysis fit $(RUNS)
+fit: setup ## fit the rules' thresholds per step budget on digits and the zoo problems (runs/zoo); writes analysis/thresholds.json
+	$(BIN)/python -m analysis fit runs/zoo
 
-report: setup ## score the rules, naive rules, tree and forest on RUNS; writes reports/report.md
+report: setup ## score the rules, naive rules, tree and forest on RUNS (and the zoo, pairs, families); writes reports/report.md
 	$(BIN)/python -m analysis report $(RUNS)
 
 doctor: setup ## diagnose a recipe file: make doctor RECIPE=examples/cnn_no_zero_grad.py

@@ -1,35 +1,60 @@
-"""Command line of the analysis: `fit`, `report`, `devices`, `early`, `pairs` and `families` subcommands.
+"""Command line of the analysis: one subcommand per study, each with its own records folder.
 
-`python -m analysis fit RUNS` writes the fitted thresholds; `python -m analysis report RUNS` scores and writes
-the report; `python -m analysis devices runs/devices` prints the device study with its crossover table last;
-`python -m analysis early runs/early` scores the rules on runs cut to 50..600 steps; `pairs runs/pairs` says
-how often both of two planted faults are named; `families runs/families` scores the rules on other models.
+python -m analysis fit [runs/zoo]          fit the thresholds per step budget on digits and the zoo problems
+python -m analysis report [runs/default]   score every method, write reports/report.md (with the zoo section)
+python -m analysis zoo [runs/zoo]          false alarms and every fault size, leave-one-problem-out
+python -m analysis early [runs/default]    the rules on the same runs cut to 50..600 steps
+python -m analysis pairs [runs/pairs]      two faults at once: both, one or neither named
+python -m analysis families [runs/families]  the rules on a CNN and a GRU
+python -m analysis devices [runs/devices]  the device study, its crossover table last
+python -m analysis rules                   the rules, what each feature is normalized by, the thresholds
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-from analysis.fit import write_thresholds
 from analysis.load import NoRecords, load_records
 from analysis.rules import THRESHOLDS_FILE
 
+DEFAULT_RECORDS = {
+    "fit": "runs/zoo",
+    "report": "runs/default",
+    "zoo": "runs/zoo",
+    "early": "runs/default",
+    "pairs": "runs/pairs",
+    "families": "runs/families",
+    "devices": "runs/devices",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="python -m analysis", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = top.add_subparsers(dest="command", required=True, metavar="command")
+    for name, folder in DEFAULT_RECORDS.items():
+        sub = commands.add_parser(name, help=f"records folder default: {folder}")
+        sub.add_argument("records", nargs="?", default=folder, help=f"records folder (default: {folder})")
+        if name == "fit":
+            sub.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="where to write the thresholds")
+        if name in ("report", "pairs", "families"):
+            sub.add_argument("--out", default="reports", help="report folder (default: reports)")
+        if name == "report":
+            for study in ("zoo", "pairs", "families", "devices"):
+                default = DEFAULT_RECORDS[study]
+                sub.add_argument(f"--{study}", default=default, help=f"{study} records for the report ({default})")
+    commands.add_parser("rules", help="print the rules table (the README carries it)")
+    return top
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
-    parser.add_argument("command", choices=["fit", "report", "devices", "early", "pairs", "families"])
-    parser.add_argument("records", nargs="?", default="runs/default", help="records folder (default: runs/default)")
-    parser.add_argument("--out", default="reports", help="report folder (default: reports)")
-    parser.add_argument(
-        "--devices", default="runs/devices", help="device study records for the report (default: runs/devices)"
-    )
-    parser.add_argument("--early", default="runs/early", help="short-run records for the report (default: runs/early)")
-    parser.add_argument("--pairs", default="runs/pairs", help="two-fault records for the report (default: runs/pairs)")
-    parser.add_argument(
-        "--families", default="runs/families", help="other families' records for the report (default: runs/families)"
-    )
-    parser.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    if args.command == "rules":
+        from analysis.rules import rules_table
+
+        print(rules_table())
+        return 0
     try:
         records = load_records(args.records)
     except (NoRecords, ValueError) as error:
@@ -39,34 +64,46 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.devices import study_table, summary
 
         print(summary(study_table(records)))
-        return 0
-    if args.command == "early":
-        from analysis.early import accuracy_by_budget, accuracy_lines
+    elif args.command == "early":
+        from analysis.early import accuracy_by_budget, lines
 
         summary = accuracy_by_budget(records)
         print(summary.to_string(index=False))
-        print("\n".join(accuracy_lines(summary)))
-        return 0
-    if args.command in ("pairs", "families"):
+        print("\n".join(lines(summary)))
+    elif args.command == "zoo":
+        from analysis import zoo
+
+        table = zoo.leave_one_problem_out(records)
+        print("\n".join(zoo.describe(table, records)))
+        print("\n".join(zoo.lines(table)))
+    elif args.command in ("pairs", "families"):
         from analysis.report import families_section, pairs_section
 
         section = pairs_section if args.command == "pairs" else families_section
         text, lines = section(Path(args.records), Path(args.out), records)
         print("\n".join(line for line in text if not line.startswith("![")))
         print("\n".join(lines))
-        return 0
-    if args.command == "fit":
-        thresholds = write_thresholds(records, Path(args.thresholds))
-        for verdict, value in thresholds.items():
-            print(f"{verdict:16s} {value:.6g}")
-        print(f"thresholds: {args.thresholds}")
-        return 0
-    from analysis.report import build  # matplotlib only when a report is asked for
+    elif args.command == "fit":
+        from analysis.fit import write_thresholds
 
-    text, _ = build(
-        records, Path(args.out), Path(args.devices), Path(args.early), Path(args.pairs), Path(args.families)
-    )
-    print(text)
+        by_budget = write_thresholds(records, Path(args.thresholds))
+        verdicts = list(next(iter(by_budget.values())))
+        print(f"{'steps':16s} " + " ".join(f"{b:>9d}" for b in by_budget))
+        for verdict in verdicts:
+            print(f"{verdict:16s} " + " ".join(f"{by_budget[b][verdict]:9.3g}" for b in by_budget))
+        print(f"thresholds: {args.thresholds}")
+    else:
+        from analysis.report import build  # matplotlib only when a report is asked for
+
+        text, _ = build(
+            records,
+            Path(args.out),
+            devices=Path(args.devices),
+            zoo=Path(args.zoo),
+            pairs=Path(args.pairs),
+            families=Path(args.families),
+        )
+        print(text)
     return 0
 
 

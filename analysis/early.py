@@ -1,45 +1,43 @@
-"""How early can the doctor be trusted? The fitted rules scored on runs cut short.
+"""How early can the doctor be trusted? The rules scored on the same runs as they were at each step budget.
 
-Reads the records of `make early` (conf/sweep/early.yaml: the default grid trained for 50 to 600 steps) and
-scores the rules, with the thresholds fitted on the 600-step digits runs, at each step budget and dataset.
+Every cell keeps its measurements at 50, 100, 200, 400 and 600 steps (a shorter run is a prefix of a longer one
+with the same seed), so any records folder gives the short runs for free. At each budget the rules use the
+thresholds fitted for that budget, as the doctor does for a run of that length.
 """
 
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.rules import RULES, load_thresholds, verdicts
-from analysis.score import budgets, role
+from analysis.features import at_budget, budgets_of
+from analysis.rules import RULES, fitted_budgets, load_thresholds, verdicts
+from analysis.score import accuracy_lines, role
 
 
-def accuracy_by_budget(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
-    """Correct verdicts of the fitted rules per step budget and dataset (ok records only)."""
+def accuracy_by_budget(records: pd.DataFrame) -> pd.DataFrame:
+    """Correct verdicts of the rules per step budget and dataset (ok records only), per-budget thresholds."""
     records = records[records.status == "ok"]
-    correct = (
-        verdicts(records, RULES, load_thresholds() if thresholds is None else thresholds).verdict == records.diagnosis
-    )
-    table = pd.DataFrame(
-        {"steps": budgets(records), "dataset": records.dataset, "family": records.model, "correct": correct}
-    )
-    summary = table.groupby(["steps", "dataset", "family"]).correct.agg(["sum", "size"]).reset_index()
-    summary["role"] = summary.dataset.map(role)
-    return summary.rename(columns={"sum": "correct", "size": "total"})
+    fitted = fitted_budgets()
+    rows = []
+    for budget in budgets_of(records):
+        cut = at_budget(records, budget)
+        thresholds = load_thresholds(budget) if budget in fitted else load_thresholds()
+        correct = verdicts(cut, RULES, thresholds).verdict == cut.diagnosis
+        table = pd.DataFrame({"dataset": cut.dataset, "family": cut.model, "correct": correct})
+        for (dataset, family), group in table.groupby(["dataset", "family"]):
+            rows.append((budget, dataset, family, int(group.correct.sum()), len(group), role(dataset)))
+    return pd.DataFrame(rows, columns=["steps", "dataset", "family", "correct", "total", "role"])
 
 
-def accuracy_lines(summary: pd.DataFrame) -> list[str]:
+def lines(summary: pd.DataFrame) -> list[str]:
     """The machine-readable lines: `accuracy <dataset> rules <c>/<n> <role> family=<f> steps=<N>`."""
-    return [
-        f"accuracy {r.dataset} rules {r.correct}/{r.total} {r.role} family={r.family} steps={r.steps}"
-        for r in summary.itertuples()
-    ]
+    return accuracy_lines(summary.assign(method="rules"))
 
 
 def plot(summary: pd.DataFrame, path: Path) -> None:
-    import matplotlib
+    from analysis.plots import pyplot
 
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(6.5, 4.5))
     for dataset, group in summary.groupby("dataset"):
         axis.plot(group.steps, group.correct / group.total, marker="o", label=f"{dataset} ({role(dataset)})")
@@ -49,7 +47,7 @@ def plot(summary: pd.DataFrame, path: Path) -> None:
     axis.set_ylim(0, 1.02)
     axis.set_xlabel("training steps the verdict rests on (log)")
     axis.set_ylabel("share of cells diagnosed correctly")
-    axis.set_title("Fitted rules (thresholds from 600-step digits runs) on shorter runs")
+    axis.set_title("Rules with each budget's own thresholds, on the same runs cut short")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=90)

@@ -1,14 +1,17 @@
 """Other model families: the rules fitted on the MLP, scored on other families without refitting, then with.
 
 Reads the records of `make families` (a small CNN on digits, a GRU on a generated sequence task; every fault,
-5 seeds). `rules` uses the thresholds fitted on the MLP's digits runs (`analysis/thresholds.json`): the
-families were never seen while fitting, so these scores are held out. `rules-refit` refits the thresholds on
-the family's own records, leaving out the seed it scores (leave-one-seed-out), to show what carrying the
-rules over costs; a rule whose fault the family's records lack keeps the MLP's threshold.
+5 seeds). `rules` uses the thresholds fitted on the MLP's runs on digits and the zoo problems
+(`analysis/thresholds.json`): the families were never seen while fitting, so these scores are held out.
+`rules-refit` refits the thresholds on the family's own records, leaving out the seed it scores
+(leave-one-seed-out), to show what carrying the rules over costs; a rule whose fault the family's records lack
+keeps the committed threshold. Fault cells whose fault did no measurable harm against their healthy twin are
+left out (analysis/harm.py).
 """
 
 import pandas as pd
 
+from analysis.harm import harmful
 from analysis.rules import RULES, load_thresholds, verdicts
 from analysis.score import budgets, leave_one_seed_out
 
@@ -19,6 +22,7 @@ ROLES = {"rules": "held-out", "rules-refit": "refit-loso"}
 def predictions(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
     """The verdict of each method for every ok single-fault record."""
     records = records[(records.status == "ok") & ~records.diagnosis.str.contains("+", regex=False)]
+    records = records[harmful(records)]  # a fault that did no harm there is no fault to find
     fitted = load_thresholds() if thresholds is None else thresholds
     # With a single seed there is nothing to refit on: such a family's cells count as misses.
     refit = [

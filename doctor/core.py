@@ -11,8 +11,10 @@ Three added lines in a user's loop:
     print(doctor.report())                              # 3
 
 or `probe(...)` with a recipe (model factory, batches, loss, optimizer factory) runs a short loop itself.
-The measurements come from harness.instruments (the very code the grid's cells use) and the verdict from
-analysis.rules with the thresholds fitted on the grid; nothing here knows what fault, if any, is planted.
+The measurements come from harness.instruments and harness.reference (the very code the grid's cells use), as
+one plain mapping with the keys of a grid record; analysis.features turns it into the features and
+analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
+Nothing here knows what fault, if any, is planted.
 """
 
 import itertools
@@ -20,15 +22,15 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-import pandas as pd
 import torch
 from torch import nn
 
-from analysis.rules import RULES, Finding, diagnose, features, load_thresholds
+from analysis.features import FEATURES, features
+from analysis.rules import RULES, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
-from harness.cell import evaluate
+from harness.evaluation import evaluate
 from harness.instruments import Instruments, memorize
-from harness.records import empty_record
+from harness.reference import reference_fit
 
 
 class UnsupportedTask(ValueError):
@@ -49,8 +51,10 @@ class Doctor:
         model_factory: Callable[[], nn.Module] | None = None,
         census_every: int = 50,
         keep_batches: int = 8,
+        memorize_steps: int = 300,
     ):
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
+        self.memorize_steps = memorize_steps  # per rate, on a fresh model from model_factory (3 rates)
         self.validation, self.model_factory = validation, model_factory
         self.instruments = Instruments(model, optimizer, loss_fn, census_every)
         self.recent: deque = deque(maxlen=keep_batches)  # training batches kept to measure training accuracy
@@ -102,10 +106,15 @@ class Doctor:
         if self.model_factory is not None and self.instruments.probe is not None:
             x, y = self.recent[0][0][:16], self.recent[0][1][:16]
             device = next(self.model.parameters()).device
-            memorized = memorize(self.model_factory, x.to(device), y.to(device), self.loss_fn)
+            x, y = x.to(device), y.to(device)
+            memorized = memorize(self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps)
+        kept = self.instruments.kept_examples()
+        held = _examples(self.validation, self.instruments.keep_examples) if self.validation is not None else None
+        reference = reference_fit(*kept, *(held or (None, None))) if kept is not None else {}
         return {
             **measured,
             **memorized,
+            **reference,
             "n_classes": self.n_classes,
             "ln_classes": math.log(self.n_classes),
             "final_train_loss": train_loss,
@@ -118,14 +127,29 @@ class Doctor:
         """The verdict, every rule that fired with its evidence, the next step, and the bigger-machine check."""
         if self._report is None:
             measured = self.measurements()
-            record = pd.Series({**empty_record(), **measured})
-            thresholds = load_thresholds() if thresholds is None else thresholds
-            findings = diagnose(record, RULES, thresholds)
+            thresholds = load_thresholds(self.steps) if thresholds is None else thresholds
+            findings = diagnose(measured, RULES, thresholds)
             device = next(self.model.parameters()).device
             starved = thresholds["starved_loader"]
-            checklist = bigger_machine(record, findings, self.val_start, device, self.error, starved)
-            self._report = Report(findings, checklist, self.steps, record, features(record.to_frame().T).iloc[0])
+            checklist = bigger_machine(measured, findings, self.val_start, device, self.error, starved)
+            self._report = Report(findings, checklist, self.steps, measured, features(measured))
         return self._report
+
+
+def _examples(batches: Iterable, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Up to `limit` (inputs, labels) of a validation iterable, inputs flattened to rows, on the CPU."""
+    xs, ys, n = [], [], 0
+    for batch in batches:
+        x, y = batch[0], batch[1]
+        if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() == 1):
+            return None
+        take = min(len(y), limit - n)
+        xs.append(x[:take].detach().reshape(take, -1).float().cpu())
+        ys.append(y[:take].detach().cpu())
+        n += take
+        if n >= limit:
+            break
+    return (torch.cat(xs), torch.cat(ys)) if xs else None
 
 
 def check_classification(model: nn.Module, batch) -> int:
@@ -199,11 +223,9 @@ def probe(
 class Report:
     """What the doctor found: findings in rule order (the first is the verdict) and the bigger-machine check."""
 
-    def __init__(
-        self, findings: list[Finding], checklist: list, steps: int, record: pd.Series, feature_values: pd.Series
-    ):
+    def __init__(self, findings: list[Finding], checklist: list, steps: int, measurements: dict, feature_values: dict):
         self.findings, self.checklist, self.steps = findings, checklist, steps
-        self.record, self.features = record, feature_values
+        self.measurements, self.features = measurements, feature_values
 
     @property
     def verdict(self) -> str:
@@ -221,7 +243,7 @@ class Report:
                 for f in self.findings
             ],
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
-            "measurements": {k: plain(float(v)) for k, v in self.features.items()},
+            "features": {k: plain(float(v)) for k, v in self.features.items()},
         }
 
     def __str__(self) -> str:
@@ -242,8 +264,6 @@ class Report:
 
 def _margin(finding: Finding) -> str:
     rule = next(r for r in RULES if r.verdict == finding.verdict)
-    from analysis.rules import FEATURES
-
-    if FEATURES[rule.feature][1]:
+    if FEATURES[rule.feature].log:
         return f"{finding.margin:.1f}x past its threshold"
     return f"{finding.margin:+.2f} past its threshold"

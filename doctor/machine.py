@@ -6,12 +6,13 @@ machine would only reproduce the failure sooner, at a higher price.
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import torch
 
+from analysis.features import features
 from analysis.rules import HEALTHY, Finding
 
 LOADER_FIXES = (
@@ -46,22 +47,25 @@ def device_study_line(folder: Path = DEVICE_STUDY) -> str:
 
 
 def bigger_machine(
-    record: pd.Series, findings: list[Finding], val_start, device: torch.device, error, starved_threshold: float
+    measured: Mapping, findings: list[Finding], val_start, device: torch.device, error, starved_threshold: float
 ) -> list[Check]:
-    """The checklist; its last line is the conclusion. `starved_threshold` is the rules' data-wait threshold."""
+    """The checklist; its last line is the conclusion. `starved_threshold` is the rules' data-wait threshold.
+
+    `measured` is the run's measurements (the doctor's mapping, keyed like a grid record).
+    """
     checks = []
-    ln_c = record.ln_classes
-    memorized = record.memorize_best_loss
+    ln_c = measured["ln_classes"]
+    memorized = measured["memorize_best_loss"]
     if math.isnan(memorized):
         memorizes, memo = True, "not measured (no model factory given)"
     else:
         memorizes = memorized < 0.1 * ln_c
         memo = f"best loss {memorized:.3g} on 16 examples (below {0.1 * ln_c:.2f} = 0.1 ln C means it can)"
-    if val_start is not None and not math.isnan(record.final_val_acc):
-        improves = record.final_val_acc > val_start[1] + 0.05
-        progress = f"validation accuracy {val_start[1]:.0%} -> {record.final_val_acc:.0%}"
+    if val_start is not None and not math.isnan(measured["final_val_acc"]):
+        improves = measured["final_val_acc"] > val_start[1] + 0.05
+        progress = f"validation accuracy {val_start[1]:.0%} -> {measured['final_val_acc']:.0%}"
     else:
-        curve = record.train_loss_curve
+        curve = measured["train_loss_curve"]
         tenth = max(1, len(curve) // 10)
         head, tail = sum(curve[:tenth]) / tenth, sum(curve[-tenth:]) / tenth
         improves = tail < 0.5 * head
@@ -77,13 +81,17 @@ def bigger_machine(
         )
     )
 
-    wait, limit = record.data_wait_share, starved_threshold
+    share, limit = measured["data_wait_share"], starved_threshold
+    wait = features(measured)["data_wait_ratio"]
     fed = not wait > limit
-    detail = f"waited for data {wait:.0%} of the loop (the rules call {limit:.0%} starved)"
+    detail = (
+        f"waited {wait:.2g}s for data per second of compute, {share:.0%} of the loop (the rules call {limit:.2g}"
+        " starved)"
+    )
     checks.append(Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {LOADER_FIXES}"))
 
     if device.type == "cuda":
-        busy = 1.0 - wait
+        busy = 1.0 - share
         checks.append(
             Check(
                 "the accelerator is busy",

@@ -23,9 +23,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from harness.data import load_splits, training_batches
+from harness.data import RelativeStall, load_splits, training_batches
+from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments, memorize
-from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml
+from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
+from harness.reference import reference_fit
 from harness.timing import DeviceClock, NoClock
 
 # Measurements that must be finite numbers in an ok record: if one is not, the harness itself misbehaved.
@@ -51,25 +53,9 @@ def resolve_device(name: str) -> torch.device:
     raise ValueError(f"unknown device {name!r}: choose cpu or cuda")
 
 
-def evaluate(model: nn.Module, loss_fn, batches, eval_mode: bool = True) -> tuple[float, float]:
-    """Mean loss and accuracy over (x, y) batches, in eval mode on the model's device; its mode is restored.
-
-    eval_mode=False evaluates in whatever mode the model is in: the fault of validating with dropout on.
-    """
-    device = next(model.parameters()).device
-    was_training = model.training
-    if eval_mode:
-        model.eval()
-    total = loss_sum = hits = 0.0
-    with torch.no_grad():
-        for batch in batches:
-            x, y = batch[0].to(device), batch[1].to(device)
-            logits = model(x)
-            loss_sum += float(loss_fn(logits, y)) * len(y)
-            hits += float((logits.argmax(dim=1) == y).sum())
-            total += len(y)
-    model.train(was_training)
-    return (loss_sum / total, hits / total) if total else (math.nan, math.nan)
+def budgets(loop_cfg) -> list[int]:
+    """The steps at which a snapshot of the measurements is taken: the budgets below the run's length, and its end."""
+    return sorted({b for b in loop_cfg.budgets if 0 < b < loop_cfg.steps} | {loop_cfg.steps})
 
 
 def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, deadline: float = math.inf) -> dict:
@@ -93,24 +79,30 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     torch.manual_seed(cfg.seed)
     model = make_model().to(device)
     optimizer = instantiate(cfg.optimizer)(model.parameters())
+    for group in optimizer.param_groups:
+        group["lr"] *= cfg.loop.lr_scale  # the learning-rate faults: the optimizer's own rate off by a factor
     loss_fn = nn.CrossEntropyLoss()
     instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every) if instrumented else NoInstruments()
     clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
+    stall = RelativeStall(cfg.data.batch_latency) if cfg.data.batch_latency > 0 else None
     batches = instruments.watch(
         training_batches(
             data.x_train,
             data.y_train,
-            cfg.data.batch_size,
+            min(cfg.data.batch_size, len(data.y_train)),
             cfg.seed,
-            latency_s=cfg.data.batch_latency_s,
+            stall=stall,
             bad_batch_every=cfg.data.bad_batch_every,
             n_classes=data.n_classes,
+            kind=cfg.data.batches,
         )
     )
 
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
-    steps, eval_every, zero_grad = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad
+    steps, eval_every, zero_every = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad_every
     validate = partial(evaluate, model, loss_fn, [(x_val, y_val)], eval_mode=cfg.loop.eval_mode)
+    snapshot_at = budgets(cfg.loop) if instrumented else []
+    snapshots = []
 
     # The training loop: the one a practitioner writes, with the instruments' two calls.
     model.train(cfg.loop.train_mode)  # the fault "training in eval mode" is this call missing
@@ -118,20 +110,26 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     for step in range(1, steps + 1):
         clock.begin_step()
         x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
+        began = time.perf_counter()
         loss = loss_fn(model(x), y)
-        if zero_grad:  # the fault "forgotten zero_grad" is this line missing
+        if zero_every and (step - 1) % zero_every == 0:  # the fault "forgotten zero_grad" is this line missing
             optimizer.zero_grad()
         loss.backward()
         instruments.after_backward(loss)
         optimizer.step()
         clock.end_step()
+        if stall is not None:
+            stall.record(time.perf_counter() - began)  # the slow loader's stall is a multiple of this
         if step % eval_every == 0 or step == steps:
             instruments.log_validation(step, *validate())
+        if step in snapshot_at:  # the measurements as if the run stopped here (a shorter run is this prefix)
+            snapshots.append({**instruments.snapshot(), **final_scores(model, loss_fn, data, x_val, y_val)})
         check()
     measurements = {**instruments.finish(), **clock.finish()}
-
-    train_loss, train_acc = evaluate(model, loss_fn, [(data.x_train, data.y_train)])
-    val_loss, val_acc = evaluate(model, loss_fn, [(x_val, y_val)])
+    if not instrumented:
+        snapshots = [final_scores(model, loss_fn, data, x_val, y_val)]
+    kept = instruments.kept_examples() if instrumented else None
+    reference = reference_fit(kept[0], kept[1], data.x_val, data.y_val, seed=cfg.seed) if kept else {}
     n = cfg.memorize.examples
     memorized = memorize(
         make_model,
@@ -145,11 +143,23 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     )
     return {
         **measurements,
+        **snapshots[-1],
         **memorized,
+        **reference,
+        "checkpoints": snapshots if instrumented else [],
         "ln_classes": math.log(data.n_classes),
         "n_classes": data.n_classes,
         "n_train": len(data.y_train),
         "n_val": len(data.y_val),
+    }
+
+
+def final_scores(model: nn.Module, loss_fn, data, x_val, y_val) -> dict:
+    """Loss and accuracy on the whole training split and on validation, in eval mode."""
+    device = x_val.device
+    train_loss, train_acc = evaluate(model, loss_fn, [(data.x_train.to(device), data.y_train.to(device))])
+    val_loss, val_acc = evaluate(model, loss_fn, [(x_val, y_val)])
+    return {
         "final_train_loss": train_loss,
         "final_train_acc": train_acc,
         "final_val_loss": val_loss,
@@ -172,6 +182,7 @@ def run_cell(cfg: DictConfig) -> dict:
         cell_id=cell_id(cfg),
         fault=fault,
         diagnosis=diagnosis,
+        severity=severity(cfg),
         dataset=cfg.dataset.name,
         model=cfg.model.name,
         seed=int(cfg.seed),

@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.records import planted
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("fault", "dataset", "device", "model", "sweep")
+GROUPS = ("fault", "dataset", "device", "model", "optimizer", "sweep")
 _VALUED_FLAGS = {
     "-cd",
     "--config-dir",
@@ -35,9 +35,19 @@ _VALUED_FLAGS = {
 _INSPECTING = {"-c", "--cfg", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
 
 
-def group_options(group: str, config_dirs: list[Path]) -> list[str]:
-    """Names of the options of a config group: its YAML files in conf/ and in every extra config dir."""
-    return sorted({p.stem for d in [CONF_DIR, *config_dirs] for p in (d / group).glob("*.yaml")})
+def group_options(group: str, config_dirs: list[Path], nested: bool = True) -> list[str]:
+    """Names of the options of a config group: its YAML files in conf/ and in every extra config dir.
+
+    Files in subfolders are options too, named by their path (`fault=mild/lr_too_high`, `dataset=zoo/moons2`);
+    `nested=False` lists the top level only, which is what `glob(*)` chooses from.
+    """
+    pattern = "**/*.yaml" if nested else "*.yaml"
+    names = {
+        p.relative_to(d / group).with_suffix("").as_posix()
+        for d in [CONF_DIR, *config_dirs]
+        for p in (d / group).glob(pattern)
+    }
+    return sorted(names, key=lambda name: ("/" in name, name))  # the top level first, then the subfolders
 
 
 def split_arguments(argv: list[str]) -> tuple[list[str], list[str], list[Path], bool]:
@@ -92,7 +102,7 @@ def check_command_line(argv: list[str]) -> str | None:
             glob = override.value()
             values = [
                 option
-                for option in group_options(group, config_dirs)
+                for option in group_options(group, config_dirs, nested=False)
                 if any(fnmatch(option, i) for i in glob.include) and not any(fnmatch(option, e) for e in glob.exclude)
             ]
         elif isinstance(override.value(), Glob | RangeSweep):

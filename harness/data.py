@@ -4,16 +4,24 @@ The dataset config names an importable callable (`loader._target_`) that returns
 dataset is one YAML file. The data-side fault knobs (input scale, label shuffling, noise and shift, a small or
 imbalanced training set, a periodic bad batch, a slow loader) are applied here, after the healthy pipeline, so
 a fault changes exactly one thing. Validation data is never touched: it always tells the truth.
+
+Batches come either from whole-batch tensor indexing (`indexed`: no per-example cost, the harness's own
+iterator) or from a torch `DataLoader` over a `TensorDataset` (`dataloader`: per-example indexing and
+collation, as most loops are fed), so that the data-wait checks are fitted on what real loops cost.
 """
 
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from hydra.utils import instantiate
 from sklearn.model_selection import train_test_split
+from torch.utils.data import DataLoader, TensorDataset
+
+BATCH_KINDS = ("indexed", "dataloader")
 
 
 @dataclass
@@ -56,8 +64,12 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         for c in range((n_classes + 1) // 2, n_classes):
             keep[np.flatnonzero(labels[train] == c)[:1]] = True
         train = train[keep]
-    if data_cfg.train_examples:
-        train = train[: data_cfg.train_examples]  # the split is already shuffled: a random subset
+    if data_cfg.train_share < 1.0:
+        # A random subset with the class mix kept (the split is already shuffled), at least 2 examples per class.
+        per_class = [train[labels[train] == k] for k in range(n_classes)]
+        train = rng.permutation(
+            np.concatenate([c[: max(math.ceil(data_cfg.train_share * len(c)), 2)] for c in per_class])
+        )
     y_train = labels[train]
     if data_cfg.shuffle_labels:
         # Training labels only: validation keeps the truth, so accuracy shows nothing was learned.
@@ -66,11 +78,11 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         # Labels one row off their inputs: the off-by-one of a join or of two lists sliced differently.
         y_train = np.roll(y_train, data_cfg.label_shift)
     if data_cfg.label_noise > 0:
-        # A share of the labels replaced by a different class at random, the rest left true.
+        # Symmetric noise: a share of the labels drawn again uniformly from all classes (so some land on the right
+        # one: (C-1)/C of them change), the rest left true. Even at 0.6 the true class stays the most frequent.
         noisy = rng.random(len(y_train)) < data_cfg.label_noise
-        offset = rng.integers(1, n_classes, size=int(noisy.sum()))
         y_train = y_train.copy()
-        y_train[noisy] = (y_train[noisy] + offset) % n_classes
+        y_train[noisy] = rng.integers(0, n_classes, size=int(noisy.sum()))
     return Splits(
         x_train=torch.from_numpy(np.ascontiguousarray(features[train])),
         y_train=torch.from_numpy(y_train.astype(np.int64)),
@@ -85,34 +97,66 @@ def training_batches(
     y: torch.Tensor,
     batch_size: int,
     seed: int,
-    latency_s: float = 0.0,
+    stall: Callable[[], float] | None = None,
     bad_batch_every: int = 0,
     n_classes: int = 0,
+    kind: str = "indexed",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless shuffled minibatches, reshuffled each epoch; the last partial batch of an epoch is dropped.
 
-    latency_s > 0 makes this a slow loader: the iterator stalls before each batch the way a loader does
-    that reads from a slow disk or decodes on one process, so the training step waits for data. Over many
-    batches the stall averages latency_s per batch, however coarse the OS's sleep is.
+    kind: "indexed" takes each batch with one tensor index; "dataloader" serves the same batches through a
+    torch DataLoader over a TensorDataset (per-example indexing and collation, on the main process).
+    stall, if given, is asked before each batch how many seconds to stall: a slow loader that reads from a slow
+    disk or decodes on one process, so the training step waits for data. Over many batches the stall averages
+    what it asks for, however coarse the OS's sleep is.
     bad_batch_every = k > 0 makes every k-th batch a mislabeled one (random labels out of n_classes), like a
     corrupt shard met once per pass.
     """
     if batch_size > len(x):
         raise ValueError(f"batch_size {batch_size} exceeds the {len(x)} training examples")
+    if kind not in BATCH_KINDS:
+        raise ValueError(f"unknown data.batches {kind!r}: choose {', '.join(BATCH_KINDS)}")
     generator = torch.Generator().manual_seed(seed)
     owed = 0.0  # stall still owed: the OS oversleeps short sleeps, so the excess is taken off the next one
     served = 0
     while True:
         order = torch.randperm(len(x), generator=generator)
-        for start in range(0, len(x) - batch_size + 1, batch_size):
-            if latency_s > 0:
-                owed += latency_s
+        if kind == "dataloader":
+            loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, sampler=order.tolist(), drop_last=True)
+            epoch = iter(loader)
+        else:
+            epoch = (order[s : s + batch_size] for s in range(0, len(x) - batch_size + 1, batch_size))
+        for item in epoch:
+            if stall is not None:
+                owed += stall()
                 began = time.perf_counter()
                 time.sleep(max(owed, 0.0))
                 owed -= time.perf_counter() - began
-            index = order[start : start + batch_size]
+            inputs, labels = item if kind == "dataloader" else (x[item], y[item])
             served += 1
             if bad_batch_every and served % bad_batch_every == 0:
-                yield x[index], torch.randint(n_classes, (batch_size,), generator=generator)
+                yield inputs, torch.randint(n_classes, (len(labels),), generator=generator)
             else:
-                yield x[index], y[index]
+                yield inputs, labels
+
+
+class RelativeStall:
+    """A loader stall of `multiple` times the training step's own compute time (the slow-loader fault knob).
+
+    The loop reports each step's compute time (`record`); the stall asked for before the next batch is the
+    multiple of their running mean, and nothing before the first steps are timed. Defined relative to the step,
+    the fault starves a fast model and a slow one alike.
+    """
+
+    def __init__(self, multiple: float, warmup: int = 3):
+        self.multiple, self.warmup = multiple, warmup
+        self.seconds, self.steps = 0.0, 0
+
+    def record(self, compute_s: float) -> None:
+        self.steps += 1
+        if self.steps > self.warmup:  # the first steps pay one-off costs
+            self.seconds += compute_s
+
+    def __call__(self) -> float:
+        timed = self.steps - self.warmup
+        return self.multiple * self.seconds / timed if timed > 0 else 0.0

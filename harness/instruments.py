@@ -11,6 +11,10 @@ function. They never see which fault (if any) was planted. A loop is observed wi
         optimizer.step()                            # step hooks measure update-to-weight ratios
     measurements = instruments.finish()
 
+`snapshot()` gives the scalar measurements at any point of the loop (the grid takes one at each step budget,
+as if the run had stopped there). `kept_examples()` returns the first training examples the loop was fed,
+for the reference fit (harness/reference.py).
+
 `memorize` is the one check that needs a fresh model: it trains new models from the run's own model
 factory on a handful of the run's examples, at fixed sensible rates.
 """
@@ -21,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from statistics import median
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -87,19 +92,22 @@ def dead_units(model: nn.Module, x: torch.Tensor) -> tuple[float, list[float]]:
     return census["dead"], census["dead_layers"]
 
 
-def spikes(losses: list[float], window: int = 20, spread: float = 8.0) -> list[int]:
+def spikes(
+    losses: list[float], window: int = 20, spread: float = 8.0, found: list[int] | None = None, start: int = 0
+) -> list[int]:
     """Steps whose loss jumps far out of the range of the `window` steps before it.
 
     A spike is a loss above the recent median by `spread` times the recent median absolute deviation (so a
     loss that is noisy anyway needs a bigger jump) and above 1.3 times that median. A loss that has plateaued
     (a rate too low, a softmax before the loss) still shows its spikes; a run of consecutive spikes counts once,
-    at its first step.
+    at its first step. Whether a step spiked depends only on the losses up to it, so `found` (the spikes of the
+    first `start` losses) lets a longer run's spikes extend a shorter prefix's instead of recomputing them.
     """
-    found: list[int] = []
+    found = list(found or [])
     if not losses or not math.isfinite(losses[0]):
         return found
     floor = 1e-3 * abs(losses[0])  # a perfectly flat stretch would otherwise make any wiggle a spike
-    for step in range(window, len(losses)):
+    for step in range(max(window, start), len(losses)):
         recent = losses[step - window : step]
         middle = median(recent)
         deviation = max(median(abs(v - middle) for v in recent), floor)
@@ -121,9 +129,19 @@ def periodicity(steps: list[int]) -> tuple[float, int]:
 class Instruments:
     """Observes one training loop. Create it before the loop, call `finish()` after it."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, census_every: int = 50):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: Callable,
+        census_every: int = 50,
+        keep_examples: int = 1024,
+    ):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.census_every = census_every
+        self.keep_examples = keep_examples
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # the first training examples, on the CPU
+        self.n_kept = 0
         self.named_params = list(model.named_parameters())
         self.step = -1  # index of the step whose backward was seen last
         self.losses: list[torch.Tensor] = []  # detached, so the loop never waits on a device sync
@@ -135,6 +153,9 @@ class Instruments:
         self.probe: torch.Tensor | None = None
         self.input_rms = math.nan
         self.label_counts: torch.Tensor | None = None
+        self._pending_labels: list[torch.Tensor] = []  # counted in bulk: a bincount per step costs more than it says
+        self._spikes_found: list[int] = []  # the spikes of the first `_spikes_upto` losses, measured already
+        self._spikes_upto = 0
         self.init_census: dict = {}
         self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
         self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
@@ -153,7 +174,8 @@ class Instruments:
         ]
 
     def is_census_step(self, step: int) -> bool:
-        return step % self.census_every == 0
+        """Every `census_every` steps, and at steps 0, 1, 2, 4, 8, ... below it: a short run gets several."""
+        return step % self.census_every == 0 or (step < self.census_every and step & (step - 1) == 0)
 
     # ----- data wait ---------------------------------------------------------------------------------------
     def watch(self, batches: Iterable) -> Iterator:
@@ -173,6 +195,7 @@ class Instruments:
                 self.probe = batch[0]
                 self.input_rms = float(batch[0].detach().float().pow(2).mean().sqrt())
             self._count_labels(batch[1])
+            self._keep(batch)
             if self.is_census_step(self.step + 1):
                 # Remember the RNG state the forward pass will start from, so that the census can replay
                 # the same dropout masks when it recomputes a fresh gradient.
@@ -180,11 +203,45 @@ class Instruments:
                 self.last_rng = (torch.get_rng_state(), cuda)
             yield batch
 
+    def _keep(self, batch) -> None:
+        """Keep the first `keep_examples` examples (floating-point inputs, integer class labels) for the reference."""
+        if self.n_kept >= self.keep_examples or len(batch) < 2:
+            return
+        x, y = batch[0], batch[1]
+        if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() == 1):
+            return
+        if y.is_floating_point() or len(x) != len(y):
+            return
+        take = min(len(y), self.keep_examples - self.n_kept)
+        self.kept.append((x[:take].detach().reshape(take, -1).float().cpu(), y[:take].detach().cpu()))
+        self.n_kept += take
+
+    def kept_examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
+
+        A small training set comes round again every epoch: each example counts once. None if none was kept.
+        """
+        if not self.kept:
+            return None
+        x, y = torch.cat([x for x, _ in self.kept]), torch.cat([y for _, y in self.kept])
+        _, first = np.unique(torch.cat([x, y.unsqueeze(1).float()], dim=1).numpy(), axis=0, return_index=True)
+        order = torch.from_numpy(np.sort(first))
+        return x[order], y[order]
+
     def _count_labels(self, labels) -> None:
         """Running count of each class among the labels the loop trains on (integer class targets only)."""
         if not (torch.is_tensor(labels) and labels.dim() == 1 and not labels.is_floating_point()) or not len(labels):
             return
-        counts = torch.bincount(labels.detach(), minlength=0 if self.label_counts is None else len(self.label_counts))
+        self._pending_labels.append(labels.detach())
+        if len(self._pending_labels) >= 64:
+            self._flush_labels()
+
+    def _flush_labels(self) -> None:
+        if not self._pending_labels:
+            return
+        labels = torch.cat(self._pending_labels)
+        self._pending_labels = []
+        counts = torch.bincount(labels, minlength=0 if self.label_counts is None else len(self.label_counts))
         if self.label_counts is not None and len(counts) > len(self.label_counts):
             self.label_counts = torch.nn.functional.pad(self.label_counts, (0, len(counts) - len(self.label_counts)))
         self.label_counts = counts if self.label_counts is None else self.label_counts + counts
@@ -334,22 +391,33 @@ class Instruments:
         self.validation.append((step, loss, accuracy))
 
     # ----- the measurements ------------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The scalar measurements of the loop so far, as if it stopped now; the hooks stay in place."""
+        return self._measure(final=False)
+
     def finish(self) -> dict:
         """Remove the hooks and return every measurement, keyed by record column."""
-        elapsed = time.perf_counter() - self.loop_start if self.loop_start is not None else math.nan
         for hook in self._hooks:
             hook.remove()
+        return self._measure(final=True)
+
+    def _measure(self, final: bool) -> dict:
+        elapsed = time.perf_counter() - self.loop_start if self.loop_start is not None else math.nan
         losses = torch.stack(self.losses).double().cpu().tolist() if self.losses else []
         empty = {"dead": math.nan, "dead_layers": [], "saturated": math.nan, "growth": math.nan}
-        final = self._activation_census() if self.probe is not None else empty
+        after = self._activation_census() if self.probe is not None else empty
         init = self.init_census or empty
-        spike_steps = spikes(losses)
+        spike_steps = spikes(losses, found=self._spikes_found, start=self._spikes_upto)  # snapshots: extend, not redo
+        self._spikes_found, self._spikes_upto = spike_steps, len(losses)
         period, periodic = periodicity(spike_steps)
+        self._flush_labels()
         counts = self.label_counts.double() if self.label_counts is not None else None
         forwards = self.forwards
-        names = [name for name, _ in self.named_params]
-        per_param = list(zip(*(c["norms"] for c in self.censuses), strict=True)) if self.censuses else []
-        never = [all(c["missing"][i] for c in self.censuses) for i in range(len(names))] if self.censuses else []
+        never = (
+            [all(c["missing"][i] for c in self.censuses) for i in range(len(self.named_params))]
+            if self.censuses
+            else []
+        )
         sizes = [p.numel() for _, p in self.named_params]
         later = [c["accumulation"] for c in self.censuses if c["step"] >= 1]
         ratios_by_param = list(zip(*self.update_ratios, strict=True)) if self.update_ratios else []
@@ -357,9 +425,48 @@ class Instruments:
         # Per census: the median over parameters that got gradients. Its peak reads the rate even when a run
         # that diverged has stopped moving by the end (dead units pass no gradient).
         curve = [_median(r for r, n in zip(ratios, never, strict=False) if not n) for ratios in self.update_ratios]
-        return {
+        scalars = {
+            "steps": self.step + 1,
             "first_loss": self.first_loss,
             "nonfinite_losses": sum(not math.isfinite(v) for v in losses),
+            "grad_zero_share_total": _median(c["zero_share"] for c in self.censuses),
+            "params_without_grad": sum(never),
+            "params_without_grad_share": sum(s for s, n in zip(sizes, never, strict=True) if n) / sum(sizes)
+            if self.censuses and sum(sizes)
+            else math.nan,
+            "accumulation_ratio": _median(later),
+            "update_ratio_median": _median(r for r, n in zip(update_ratio, never, strict=False) if not n),
+            "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
+            "grad_depth_ratio_init": self.censuses[0]["depth_ratio"] if self.censuses else math.nan,
+            "grad_depth_ratio": _median(c["depth_ratio"] for c in self.censuses),
+            "dead_unit_share_init": init["dead"],
+            "dead_unit_share": after["dead"],
+            "saturated_share_init": init["saturated"],
+            "saturated_share": after["saturated"],
+            "activation_growth_init": init["growth"],
+            "input_rms": self.input_rms,
+            "label_imbalance": float(counts.max() / counts.min().clamp(min=1)) if counts is not None else math.nan,
+            "majority_share": float(counts.max() / counts.sum()) if counts is not None else math.nan,
+            "output_prob_share": _median(self.output_prob),
+            # The later half of the run only: before it has learned anything a model disagrees with no label.
+            "confident_disagreement": _median(d for step, d in self.disagreement if 2 * step >= self.step),
+            # At its highest: a model that has learned the rule but not yet memorized the wrong labels.
+            "confident_disagreement_peak": max((d for _, d in self.disagreement), default=math.nan),
+            "train_in_eval_share": forwards["train_in_eval"] / forwards["train"] if forwards["train"] else 0.0,
+            "eval_in_train_share": forwards["eval_in_train"] / forwards["eval"] if forwards["eval"] else 0.0,
+            "loss_spikes": len(spike_steps),
+            "loss_spike_period": period,
+            "periodic_spikes": periodic,
+            "data_wait_s": self.wait_s,
+            "loop_s": elapsed,
+            "data_wait_share": self.wait_s / elapsed if elapsed > 0 else math.nan,
+        }
+        if not final:
+            return scalars
+        names = [name for name, _ in self.named_params]
+        per_param = list(zip(*(c["norms"] for c in self.censuses), strict=True)) if self.censuses else []
+        return {
+            **scalars,
             "train_loss_curve": losses,
             "val_steps": [s for s, _, _ in self.validation],
             "val_loss_curve": [v for _, v, _ in self.validation],
@@ -371,38 +478,11 @@ class Instruments:
             "grad_zero_share": [_median(v) for v in zip(*(c["zero_shares"] for c in self.censuses), strict=True)],
             "grad_missing": never,
             "grad_norm_curve": [c["total_norm"] for c in self.censuses],
-            "grad_zero_share_total": _median(c["zero_share"] for c in self.censuses),
-            "params_without_grad": sum(never),
-            "params_without_grad_share": sum(s for s, n in zip(sizes, never, strict=True) if n) / sum(sizes)
-            if never
-            else math.nan,
-            "accumulation_ratio": _median(later),
             "accumulation_ratio_curve": [c["accumulation"] for c in self.censuses],
             "update_ratio": update_ratio,
-            "update_ratio_median": _median(r for r, n in zip(update_ratio, never, strict=False) if not n),
             "update_ratio_curve": curve,
-            "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
-            "grad_depth_ratio_init": self.censuses[0]["depth_ratio"] if self.censuses else math.nan,
-            "grad_depth_ratio": _median(c["depth_ratio"] for c in self.censuses),
-            "dead_unit_share_init": init["dead"],
-            "dead_unit_share": final["dead"],
-            "dead_unit_share_layers": final["dead_layers"],
-            "saturated_share_init": init["saturated"],
-            "saturated_share": final["saturated"],
-            "activation_growth_init": init["growth"],
-            "input_rms": self.input_rms,
-            "label_imbalance": float(counts.max() / counts.min().clamp(min=1)) if counts is not None else math.nan,
-            "output_prob_share": _median(self.output_prob),
-            # The later half of the run only: before it has learned anything a model disagrees with no label.
-            "confident_disagreement": _median(d for step, d in self.disagreement if 2 * step >= self.step),
-            "train_in_eval_share": forwards["train_in_eval"] / forwards["train"] if forwards["train"] else 0.0,
-            "eval_in_train_share": forwards["eval_in_train"] / forwards["eval"] if forwards["eval"] else 0.0,
+            "dead_unit_share_layers": after["dead_layers"],
             "loss_spike_steps": spike_steps,
-            "loss_spike_period": period,
-            "periodic_spikes": periodic,
-            "data_wait_s": self.wait_s,
-            "loop_s": elapsed,
-            "data_wait_share": self.wait_s / elapsed if elapsed > 0 else math.nan,
         }
 
 

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 4  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6
+SCHEMA_VERSION = 5  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+# 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -22,6 +23,7 @@ _COLUMNS = [
     ("cell_id", _str, "readable key plus a hash of the resolved recipe"),
     ("fault", _str, "the condition planted (conf/fault/ option name; a+b for two at once)"),
     ("diagnosis", _str, "the verdict the rules should give (a+b for two); used for scoring only"),
+    ("severity", _str, "size of the planted fault: mild, planted or extreme (none for the healthy controls)"),
     ("dataset", _str, "conf/dataset/ option name"),
     ("model", _str, "conf/model/ option name"),
     ("seed", _i64, "seed of the split, initialization, batch order and probes"),
@@ -42,6 +44,7 @@ _COLUMNS = [
     ("n_classes", _i64, "number of classes C"),
     ("n_train", _i64, "training examples"),
     ("n_val", _i64, "validation examples"),
+    ("steps", _i64, "training steps the measurements rest on (backward passes seen)"),
     # first loss
     ("first_loss", _f64, "loss of the first batch, before any update"),
     ("ln_classes", _f64, "ln C: the first loss of a model that guesses uniformly"),
@@ -79,6 +82,7 @@ _COLUMNS = [
     ("activation_growth_init", _f64, "RMS of the last activation module's output over the first's, at init"),
     ("input_rms", _f64, "root mean square of the first batch's inputs (standardized data: about 1)"),
     ("label_imbalance", _f64, "most frequent class over least frequent among the training labels seen"),
+    ("majority_share", _f64, "share of the most frequent class among the training labels seen (the class prior)"),
     ("output_prob_share", _f64, "median share of output rows that are already probabilities (softmax applied)"),
     (
         "confident_disagreement",
@@ -86,6 +90,7 @@ _COLUMNS = [
         "median over the later half of the census steps: share of the batch predicted with p > 0.9 for another"
         " class while its label gets p < 0.1",
     ),
+    ("confident_disagreement_peak", _f64, "the largest share of a census batch confidently contradicted so far"),
     ("train_in_eval_share", _f64, "share of training forwards run in eval mode (0 without dropout/BatchNorm)"),
     ("eval_in_train_share", _f64, "share of evaluation forwards run in training mode (0 without them)"),
     # data wait
@@ -104,6 +109,7 @@ _COLUMNS = [
     # curves
     ("train_loss_curve", pa.list_(_f64), "training loss at every step"),
     ("nonfinite_losses", _i64, "steps whose training loss was NaN or infinite"),
+    ("loss_spikes", _i64, "how many steps' loss jumped far out of its recent range"),
     ("loss_spike_steps", pa.list_(_i64), "steps (batch indices) whose loss jumped far out of its recent range"),
     ("loss_spike_period", _f64, "most common gap between consecutive spikes"),
     ("periodic_spikes", _i64, "how many gaps between consecutive spikes equal that period"),
@@ -115,7 +121,63 @@ _COLUMNS = [
     ("final_train_acc", _f64, "training-set accuracy after the last step"),
     ("final_val_loss", _f64, "validation loss after the last step"),
     ("final_val_acc", _f64, "validation accuracy after the last step"),
+    # the run's own yardsticks (harness/reference.py), from the first training examples and validation
+    ("baseline_val_acc", _f64, "validation accuracy of always answering the most frequent training label"),
+    ("reference_val_acc", _f64, "best validation accuracy of a ridge classifier and 5-NN on the same examples"),
+    ("reference_train_acc", _f64, "the ridge classifier's accuracy on its own training examples"),
+    ("reference_linear_val_acc", _f64, "the ridge classifier's validation accuracy"),
+    ("reference_loo_acc", _f64, "5-NN leave-one-out accuracy on the reference's training examples"),
+    ("reference_knn_val_acc", _f64, "5-NN accuracy on validation, trained on those examples"),
+    ("prior_shift", _f64, "most under-represented training class: its validation share over its training share"),
+    ("reference_examples", _i64, "distinct training examples the references were fitted on"),
+    ("reference_val_examples", _i64, "held-out examples the references were scored on"),
 ]
+# The measurements that move as a run goes on, taken again at every step budget (loop.budgets) as if the run
+# had stopped there; the record's own columns of these names are the snapshot at the run's end.
+CHECKPOINT_COLUMNS = [
+    "steps",
+    "first_loss",
+    "nonfinite_losses",
+    "grad_zero_share_total",
+    "params_without_grad",
+    "params_without_grad_share",
+    "accumulation_ratio",
+    "update_ratio_median",
+    "update_ratio_peak",
+    "grad_depth_ratio_init",
+    "grad_depth_ratio",
+    "dead_unit_share_init",
+    "dead_unit_share",
+    "saturated_share_init",
+    "saturated_share",
+    "activation_growth_init",
+    "input_rms",
+    "label_imbalance",
+    "majority_share",
+    "output_prob_share",
+    "confident_disagreement",
+    "confident_disagreement_peak",
+    "train_in_eval_share",
+    "eval_in_train_share",
+    "loss_spikes",
+    "loss_spike_period",
+    "periodic_spikes",
+    "data_wait_s",
+    "loop_s",
+    "data_wait_share",
+    "final_train_loss",
+    "final_train_acc",
+    "final_val_loss",
+    "final_val_acc",
+]
+_TYPES = {name: kind for name, kind, _ in _COLUMNS}
+_COLUMNS.append(
+    (
+        "checkpoints",
+        pa.list_(pa.struct([(name, _TYPES[name]) for name in CHECKPOINT_COLUMNS])),
+        "per step budget reached: the measurements of CHECKPOINT_COLUMNS at that step",
+    )
+)
 SCHEMA = pa.schema(
     [pa.field(name, kind, metadata={"doc": doc}) for name, kind, doc in _COLUMNS],
     metadata={"schema_version": str(SCHEMA_VERSION)},
@@ -137,6 +199,13 @@ def planted(cfg: DictConfig) -> tuple[str, str]:
     if not faults or not all(isinstance(v, str) and v for v in faults.values()):
         raise ValueError("no fault chosen: a fault file adds `fault: {<name>: <verdict>}`, e.g. {healthy: healthy}")
     return "+".join(faults), "+".join(faults.values())
+
+
+def severity(cfg: DictConfig) -> str:
+    """The size of the planted fault: the fault file's `severity`, else planted (none for a healthy control)."""
+    if cfg.get("severity"):
+        return str(cfg.severity)
+    return "none" if set((cfg.get("fault") or {}).values()) == {"healthy"} else "planted"
 
 
 def cell_id(cfg: DictConfig) -> str:

@@ -10,7 +10,10 @@ from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
-FAULTS = sorted(p.stem for p in (CONF / "fault").glob("*.yaml"))
+FAULTS = sorted(p.stem for p in (CONF / "fault").glob("*.yaml"))  # the planted sizes: the default grid's faults
+# Other sizes of the planted faults: conf/fault/mild/ and conf/fault/extreme/, named as Hydra options.
+SIZES = sorted(p.relative_to(CONF / "fault").with_suffix("").as_posix() for p in (CONF / "fault").glob("*/*.yaml"))
+ZOO = sorted(f"zoo/{p.stem}" for p in (CONF / "dataset" / "zoo").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml"))
 DEVICES = sorted(p.stem for p in (CONF / "device").glob("*.yaml"))
 # Short runs: enough steps for every instrument to fire (census at 0, 10, 20, 30), a fraction of the cost.

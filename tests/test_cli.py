@@ -5,11 +5,13 @@ A fault or dataset kept outside the repository works through --config-dir, as th
 
 import pandas as pd
 import pytest
-from conftest import CONF, DATASETS, FAULTS, SHORT, run_entry
+from conftest import CONF, DATASETS, FAULTS, SHORT, SIZES, ZOO, run_entry
 
 BAD = {
-    "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS),
-    "dataset=mnist": "unknown dataset 'mnist'; valid choices: " + ", ".join(DATASETS),
+    "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS + SIZES),
+    "fault=mild/lr_too_hi": "unknown fault 'mild/lr_too_hi'",
+    "dataset=mnist": "unknown dataset 'mnist'; valid choices: " + ", ".join(DATASETS + ZOO),
+    "optimizer=lbfgs": "unknown optimizer 'lbfgs'; valid choices: adam, adamw, rmsprop, sgd, sgd_momentum",
     "device=tpu": "unknown device 'tpu'; valid choices: cpu, cuda",
     "+sweep=huge": "unknown sweep 'huge'; valid choices: "
     + ", ".join(sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))),

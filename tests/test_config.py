@@ -1,7 +1,7 @@
 """The config groups: every fault, dataset and device file composes and says what it is."""
 
 import pytest
-from conftest import CONF, DATASETS, DEVICES, FAULTS, make_config
+from conftest import CONF, DATASETS, DEVICES, FAULTS, SIZES, ZOO, make_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -26,7 +26,7 @@ def test_fault_file_names_itself_and_its_verdict(fault):
 def test_two_faults_compose_into_one_cell_with_both_verdicts():
     cfg = make_config("fault=[lr_too_high,starved_loader]")
     assert planted(cfg) == ("lr_too_high+starved_loader", "lr_too_high+starved_loader")
-    assert cfg.optimizer.lr == 0.1 and cfg.data.batch_latency_s > 0  # both changes are in the recipe
+    assert cfg.loop.lr_scale == 100 and cfg.data.batch_latency == 3  # both changes are in the recipe
 
 
 @pytest.mark.parametrize("fault", [f for f in FAULTS if f != "healthy"])
@@ -46,12 +46,46 @@ def test_fault_file_documents_mechanism_and_signature(fault):
     assert len(" ".join(comments[1:])) > 60, "say what is broken and which measurement should reveal it"
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+def _changes(fault: str) -> dict:
+    """The keys of the recipe a fault file changes, with their new values."""
+
+    def flat(values, prefix=""):
+        out = {}
+        for key, value in values.items():
+            out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return out
+
+    healthy = flat(OmegaConf.to_container(make_config("fault=healthy"), resolve=True))
+    values = flat(OmegaConf.to_container(make_config(f"fault={fault}"), resolve=True))
+    return {k: v for k, v in values.items() if not k.startswith(("fault.", "severity")) and healthy.get(k) != v}
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_other_size_is_the_same_fault_with_another_value_of_the_same_knobs(size):
+    severity, fault = size.split("/")
+    cfg = make_config(f"fault={size}")
+    assert cfg.severity == severity and list(cfg.fault) == [f"{fault}_{severity}"]
+    assert cfg.fault[f"{fault}_{severity}"] == make_config(f"fault={fault}").fault[fault], "same verdict"
+    planted, other = _changes(fault), _changes(size)
+    assert set(other) >= set(planted) - {"model.hidden"} and other != planted, "same knobs, other values"
+    comments = [line for line in (CONF / "fault" / f"{size}.yaml").read_text().splitlines() if line.startswith("#")]
+    assert comments[0] == "# @package _global_" and f"conf/fault/{fault}.yaml" in comments[1]
+
+
+def test_the_planted_size_records_as_planted_and_a_control_as_none():
+    from harness.records import severity
+
+    assert severity(make_config("fault=lr_too_high")) == "planted"
+    assert severity(make_config("fault=healthy_dropout")) == "none"
+    assert severity(make_config("fault=extreme/lr_too_high")) == "extreme"
+
+
+@pytest.mark.parametrize("dataset", DATASETS + ZOO)
 def test_dataset_loader_returns_features_and_labels(dataset):
     cfg = make_config(f"dataset={dataset}")
     features, labels = instantiate(cfg.dataset.loader)
-    assert features.ndim == 2 and len(features) == len(labels) > 100
-    assert cfg.dataset.name == dataset
+    assert features.ndim == 2 and len(features) == len(labels) >= 200
+    assert cfg.dataset.name == dataset.replace("zoo/", "zoo_")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -36,6 +36,7 @@ def same(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.slow  # 25 s: Dask is the optional engine; `make test-all` runs it
 def test_a_local_dask_cluster_writes_the_same_records_as_loky_cell_for_cell(tmp_path):
     local, cluster = tmp_path / "loky", tmp_path / "dask"
     assert run_entry("+sweep=smoke", f"run.records={local}").returncode == 0

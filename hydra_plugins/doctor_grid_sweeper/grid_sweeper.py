@@ -7,7 +7,9 @@ very same config for every job, but it is built for many short cells:
   (about 50 ms each) in the parent and again in a worker;
 - it decides in the parent which cells are already done, so a resumed sweep launches only what is missing;
 - it runs the cells on joblib workers directly (`n_jobs`, `backend`), with one progress bar and one summary;
-- `pairs` plants two faults per cell: every pair of the listed fault options that do not set the same key.
+- `pairs` plants two faults per cell: every pair of the listed fault options that do not set the same key;
+- `variants` crosses the grid with a list of override bundles instead of a full product (the zoo: each
+  bundle is one healthy recipe, say `[optimizer=sgd, model.hidden=[32]]`, or one problem with its own recipe).
 Hydra's own sweeper and launchers stay available: `hydra/sweeper=basic hydra/launcher=joblib` runs every
 cell as a Hydra job (slower per cell, but any Hydra launcher, e.g. a SLURM one, can then be used).
 """
@@ -34,6 +36,7 @@ class GridSweeperConf:
     backend: str = "loky"  # joblib backend: loky (processes here), dask (a Dask cluster), threading
     address: str | None = None  # backend=dask: the scheduler, e.g. tcp://10.0.0.5:8786; unset: a local cluster
     pairs: list[str] = field(default_factory=list)  # fault options to plant two at a time (see `fault_pairs`)
+    variants: list[list[str]] = field(default_factory=list)  # override bundles, each crossed with the params grid
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="grid", node=GridSweeperConf, provider="training-run-doctor")
@@ -47,12 +50,14 @@ class GridSweeper(Sweeper):
         backend: str = "loky",
         address: str | None = None,
         pairs: list[str] | None = None,
+        variants: list[list[str]] | None = None,
     ):
         self.params = dict(params or {})
         self.n_jobs = n_jobs
         self.backend = backend
         self.address = address
         self.pairs = list(pairs or [])
+        self.variants = [list(v) for v in variants or []]
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -66,7 +71,9 @@ class GridSweeper(Sweeper):
         if self.pairs:
             params["fault"] = ",".join(f"[{a},{b}]" for a, b in self.fault_pairs())
         lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
-        jobs = BasicSweeper.split_arguments(parser.parse_overrides(lines), None)[0]
+        jobs = []
+        for variant in self.variants or [[]]:
+            jobs += BasicSweeper.split_arguments(parser.parse_overrides(lines + variant), None)[0]
         composed: dict[tuple[str, ...], DictConfig] = {}
         cells = []
         for job in jobs:
@@ -78,14 +85,51 @@ class GridSweeper(Sweeper):
             )
             values = [o for o in overrides if o.input_line not in groups]
             if groups not in composed:
-                full = loader.load_sweep_config(self.config, list(groups))
-                application = OmegaConf.masked_copy(full, [key for key in full if key != "hydra"])
-                OmegaConf.set_struct(application, True)  # as Hydra has it: overriding a missing key is an error
-                composed[groups] = application
+                composed[groups] = self._compose(list(groups), composed)
             cfg = copy.deepcopy(composed[groups])
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)  # exactly what Hydra does after composing
             cells.append(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
         return cells
+
+    def _compose(self, groups: list[str], cache: dict) -> DictConfig:
+        """The application config for these group choices, as Hydra composes it.
+
+        A Hydra composition costs about 0.2 s, and the zoo has hundreds of distinct (fault, dataset, optimizer)
+        choices. The fault group is last in the recipe's defaults list and its files are plain `_global_`
+        overrides with no defaults of their own, so composing with a fault is composing without it (`~fault`,
+        cached per choice of the other groups) and then merging the fault files in order, exactly as Hydra
+        merges them. Anything else (another package, a defaults list) takes Hydra's own full composition.
+        Private Hydra API used: ConfigLoaderImpl.load_sweep_config and its repository's load_config, the same
+        calls Hydra's sweepers and compose() make.
+        """
+        loader = self.hydra_context.config_loader
+        faults = [g for g in groups if g.split("=", 1)[0] == "fault"]
+        contents = [self._fault_file(name) for g in faults for name in _choices(g.split("=", 1)[1])]
+        if len(faults) != 1 or any(c is None for c in contents):
+            return _application(loader.load_sweep_config(self.config, groups))
+        others = (*tuple(g for g in groups if g not in faults), "~fault")
+        if others not in cache:
+            cache[others] = _application(loader.load_sweep_config(self.config, list(others)))
+        application = copy.deepcopy(cache[others])
+        OmegaConf.set_struct(application, False)  # a config file may add keys; only overrides may not
+        for content in contents:
+            application.merge_with(content)
+        OmegaConf.set_struct(application, True)
+        return application
+
+    def _fault_file(self, name: str) -> DictConfig | None:
+        """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None."""
+        cache = self.__dict__.setdefault("_fault_files", {})
+        if name not in cache:
+            result = self.hydra_context.config_loader.repository.load_config(config_path=f"fault/{name}")
+            plain = (
+                result is not None
+                and result.header.get("package") == "_global_"
+                and "defaults" not in result.config
+                and "hydra" not in result.config
+            )
+            cache[name] = result.config if plain else None
+        return cache[name]
 
     def _application(self, overrides: list[str]) -> dict:
         full = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -121,6 +165,18 @@ class GridSweeper(Sweeper):
         if counts["failed"]:
             raise SystemExit(1)  # the summary above names the failed cells
         return counts
+
+
+def _application(full: DictConfig) -> DictConfig:
+    """The composed config without its hydra node, in struct mode as Hydra hands it to a job."""
+    application = OmegaConf.masked_copy(full, [key for key in full if key != "hydra"])
+    OmegaConf.set_struct(application, True)  # as Hydra has it: overriding a missing key is an error
+    return application
+
+
+def _choices(value: str) -> list[str]:
+    """The options of one group choice: `a` or `[a,b]`."""
+    return [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
 
 
 def _model_builds(values: dict) -> bool:

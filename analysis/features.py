@@ -1,0 +1,372 @@
+"""Features: the one contract between what the instruments measure and what the rules read.
+
+`features(measurements)` turns one plain mapping of measurements (a grid record, or what the doctor measured on
+a user's run: the same keys, see harness/records.py) into a plain mapping of named features. Every feature is
+normalized by something the run itself provides, so that it means the same on any task, optimizer, loop and
+model: the class prior instead of 1/C, the run's own reference fit instead of a fixed accuracy, the step's own
+compute time instead of a fixed share of the loop, the run's length instead of a fixed count. `FEATURES` is
+the table: name, sentence, what it is normalized by, whether it spans orders of magnitude (then thresholds sit
+at geometric midpoints and plots use log axes), and how it is computed.
+
+`at_budget(records, steps)` gives the grid's records as they were at a step budget (each cell keeps a snapshot
+of its measurements at every budget it reached), so that the same features can be read on shorter runs.
+"""
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from harness.records import CHECKPOINT_COLUMNS
+
+
+def _get(m: Mapping, key: str) -> float:
+    value = m.get(key)
+    try:
+        return math.nan if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _div(a: float, b: float) -> float:
+    """A / b, infinite for a positive a over 0, NaN where it means nothing."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if b == 0:
+        return math.inf if a > 0 else math.nan
+    return a / b
+
+
+def _skill(accuracy: float, baseline: float) -> float:
+    """Accuracy above the baseline, as a share of the room above it: 0 = learned nothing, 1 = perfect."""
+    if math.isnan(accuracy) or math.isnan(baseline) or baseline >= 1:
+        return math.nan
+    return (accuracy - baseline) / (1 - baseline)
+
+
+def _baseline(m: Mapping) -> float:
+    """What answering the most frequent training label scores: on validation if known, else the training prior."""
+    baseline = _get(m, "baseline_val_acc")
+    return baseline if not math.isnan(baseline) else _get(m, "majority_share")
+
+
+def _wait_ratio(m: Mapping) -> float:
+    wait, loop = _get(m, "data_wait_s"), _get(m, "loop_s")
+    compute = loop - wait
+    return wait / compute if compute > 0 else math.nan
+
+
+def _periodic_share(m: Mapping) -> float:
+    """Spikes at the common period, as a share of the spikes that period would put in the run (needs 3 or more)."""
+    period, gaps, steps = _get(m, "loss_spike_period"), _get(m, "periodic_spikes"), _get(m, "steps")
+    if math.isnan(gaps) or gaps < 2 or not period > 0 or not steps > 0:
+        return 0.0
+    return (gaps + 1) / max(steps / period, 1.0)
+
+
+def _learnable(m: Mapping) -> float:
+    return np.fmax(_skill(_get(m, "final_val_acc"), _baseline(m)), _skill(_get(m, "reference_val_acc"), _baseline(m)))
+
+
+def _fit_vs_reference(m: Mapping) -> float:
+    """Training accuracy over what the references reach on held-out examples, both above the baseline."""
+    baseline = _baseline(m)
+    room = _get(m, "reference_val_acc") - baseline
+    if not room > 0.05:  # the references learned next to nothing: no yardstick
+        return math.nan
+    return _div(_get(m, "final_train_acc") - baseline, room)
+
+
+def _excess_error(train_acc: float, val_acc: float, n_train: float, n_val: float) -> float:
+    """How many standard errors the error on the training labels exceeds the error on validation."""
+    train_error, val_error = 1 - train_acc, 1 - val_acc
+    spread = max(train_error * (1 - train_error), 1e-4) / max(n_train, 1) + max(
+        val_error * (1 - val_error), 1e-4
+    ) / max(n_val, 1)
+    return (train_error - val_error) / math.sqrt(spread)
+
+
+def _label_noise_z(m: Mapping) -> float:
+    """Wrong training labels: the references err more on the training labels than on validation, in standard errors.
+
+    Two yardsticks, the larger counts: 5 nearest neighbours outvoting an example's label (left out) against
+    their error on validation, and a ridge classifier's error on its own training examples against validation.
+    On clean labels both sit within a couple of standard errors; a hard task raises both errors alike.
+    """
+    n_train, n_val = _get(m, "reference_examples"), _get(m, "reference_val_examples")
+    neighbours = _excess_error(_get(m, "reference_loo_acc"), _get(m, "reference_knn_val_acc"), n_train, n_val)
+    linear = _excess_error(_get(m, "reference_train_acc"), _get(m, "reference_linear_val_acc"), n_train, n_val)
+    return float(np.fmax(neighbours, linear))
+
+
+def _prior_shift(m: Mapping) -> float:
+    """The class most under-represented in training, against validation's mix; without validation, the rarest."""
+    shift = _get(m, "prior_shift")
+    return shift if not math.isnan(shift) else _get(m, "label_imbalance")
+
+
+def _val_loss_rise(m: Mapping) -> float:
+    """Final validation loss over the lowest one seen: above 1 once validation loss turns back up."""
+    values = m.get("val_loss_curve")
+    curve = [v for v in (values if values is not None else []) if v is not None and math.isfinite(v)]
+    final = _get(m, "final_val_loss")
+    if not curve or not math.isfinite(final) or min(curve) <= 0:
+        return math.nan
+    return final / min(curve)
+
+
+def _memorize_at_1e3(m: Mapping) -> float:
+    rates, losses = m.get("memorize_rates"), m.get("memorize_losses")
+    for rate, loss in zip(rates if rates is not None else [], losses if losses is not None else [], strict=False):
+        if math.isclose(rate, 1e-3):
+            return float(loss)
+    return math.nan
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One named quantity the rules may read."""
+
+    name: str
+    sentence: str
+    normalized_by: str
+    log: bool
+    compute: Callable[[Mapping], float]
+
+
+FEATURES_LIST = [
+    Feature(
+        "data_wait_ratio",
+        "seconds waiting for batches per second of the loop's own compute",
+        "the loop's own compute time: a wait that is long for a tiny MLP step is nothing for a big model's",
+        True,
+        _wait_ratio,
+    ),
+    Feature(
+        "no_grad_share",
+        "share of parameter elements that never got a gradient",
+        "the parameter count: any model size",
+        False,
+        lambda m: _get(m, "params_without_grad_share"),
+    ),
+    Feature(
+        "accumulation_ratio",
+        "norm of .grad over the norm of a fresh gradient of the same loss",
+        "a fresh gradient of the same loss on the same batch: 1 exactly when .grad holds this step's gradient",
+        True,
+        lambda m: _get(m, "accumulation_ratio"),
+    ),
+    Feature(
+        "wrong_mode_share",
+        "share of training (evaluation) forwards run in eval (training) mode",
+        "the forwards counted (only in models with dropout or BatchNorm, where the mode matters)",
+        False,
+        lambda m: np.fmax(_get(m, "train_in_eval_share"), _get(m, "eval_in_train_share")),
+    ),
+    Feature(
+        "output_prob_share",
+        "share of output rows handed to the loss that are already probabilities",
+        "the output rows checked: a share, whatever the batch size",
+        False,
+        lambda m: _get(m, "output_prob_share"),
+    ),
+    Feature(
+        "input_rms",
+        "root mean square of the inputs",
+        "the unit scale of standardized features, the scale every initialization assumes",
+        True,
+        lambda m: _get(m, "input_rms"),
+    ),
+    Feature(
+        "first_loss_ratio",
+        "first loss over ln C",
+        "ln C, the loss of a uniform guess",
+        True,
+        lambda m: _div(_get(m, "first_loss"), _get(m, "ln_classes")),
+    ),
+    Feature(
+        "dead_at_init",
+        "share of ReLU units never active at initialization",
+        "the ReLU units on a probe batch: any width and depth",
+        False,
+        lambda m: _get(m, "dead_unit_share_init"),
+    ),
+    Feature(
+        "activation_growth",
+        "RMS of the last activations over the first ones', at initialization",
+        "the first activations' RMS: growth through depth, whatever the input scale",
+        True,
+        lambda m: _get(m, "activation_growth_init"),
+    ),
+    Feature(
+        "grad_depth_ratio",
+        "gradient norm of the first weight matrix over the last one's, at initialization",
+        "the last weight matrix's gradient: whatever the loss scale",
+        True,
+        lambda m: _get(m, "grad_depth_ratio_init"),
+    ),
+    Feature(
+        "saturated_at_init",
+        "share of tanh/sigmoid outputs within 1% of their bounds, at initialization",
+        "the tanh/sigmoid outputs on a probe batch",
+        False,
+        lambda m: _get(m, "saturated_share_init"),
+    ),
+    Feature(
+        "label_imbalance",
+        "most frequent over least frequent training class",
+        "the rarest class's count",
+        True,
+        lambda m: _get(m, "label_imbalance"),
+    ),
+    Feature(
+        "prior_shift",
+        "the class most under-represented in training: its validation share over its training share",
+        "validation's class mix: a problem that is uneven by nature is uneven in validation too (without"
+        " validation: the rarest training class's count)",
+        True,
+        _prior_shift,
+    ),
+    Feature(
+        "periodic_spike_share",
+        "loss spikes at the most common interval, over the number that interval fits in the run",
+        "the run's length: a rarer bad batch leaves fewer spikes, but as large a share of the ones it can",
+        False,
+        _periodic_share,
+    ),
+    Feature(
+        "update_ratio_peak",
+        "largest per-step median of update norm over weight norm",
+        "the weights' own size: reads the step the optimizer takes, whatever its kind",
+        True,
+        lambda m: _get(m, "update_ratio_peak"),
+    ),
+    Feature(
+        "update_ratio",
+        "median of update norm over weight norm per step",
+        "the weights' own size",
+        True,
+        lambda m: _get(m, "update_ratio_median"),
+    ),
+    Feature(
+        "val_skill",
+        "validation accuracy above the baseline, as a share of the room above it",
+        "the class prior (always answering the most frequent training label)",
+        False,
+        lambda m: _skill(_get(m, "final_val_acc"), _baseline(m)),
+    ),
+    Feature(
+        "reference_skill",
+        "the references' validation accuracy above the baseline, as a share of the room above it",
+        "the class prior",
+        False,
+        lambda m: _skill(_get(m, "reference_val_acc"), _baseline(m)),
+    ),
+    Feature(
+        "learnable_skill",
+        "the better of the model's and the references' validation skill",
+        "the class prior (not 1/C: a 2-class problem cannot reach 4.5x chance); the references vouch for a"
+        " learnable task that a broken model does not learn",
+        False,
+        _learnable,
+    ),
+    Feature(
+        "fit_vs_reference",
+        "training accuracy above the baseline over the references' validation accuracy above it",
+        "a quick reference fit on the same data: what is reachable on this task, hard or easy",
+        False,
+        _fit_vs_reference,
+    ),
+    Feature(
+        "label_noise_z",
+        "how many standard errors quick references err more on the training labels than on validation",
+        "the references' own error on validation and its sampling error: a hard task errs on both alike, wrong"
+        " training labels on one",
+        False,
+        _label_noise_z,
+    ),
+    Feature(
+        "train_val_gap",
+        "training minus validation accuracy at the end",
+        "the run's own validation accuracy: the gap between what it fits and what it generalizes",
+        False,
+        lambda m: _get(m, "final_train_acc") - _get(m, "final_val_acc"),
+    ),
+    Feature(
+        "val_loss_rise",
+        "final validation loss over the lowest one seen",
+        "the run's own best validation loss",
+        True,
+        _val_loss_rise,
+    ),
+]
+# The raw readings of the first, hand-set rules (analysis.rules.NAIVE_RULES), kept for comparison: they move with
+# the task and the loop, which is why the fitted rules read the normalized features above instead.
+NAIVE_FEATURES_LIST = [
+    Feature(
+        "data_wait_share",
+        "share of the loop spent waiting for batches",
+        "nothing",
+        False,
+        lambda m: _get(m, "data_wait_share"),
+    ),
+    Feature(
+        "val_acc_x_chance",
+        "validation accuracy over chance (1/C)",
+        "1/C",
+        False,
+        lambda m: _get(m, "final_val_acc") * _get(m, "n_classes"),
+    ),
+    Feature("train_acc", "final training accuracy", "nothing", False, lambda m: _get(m, "final_train_acc")),
+    Feature("memorize_loss_1e-3", "final loss memorizing 16 examples at 1e-3 only", "nothing", True, _memorize_at_1e3),
+]
+FEATURES_LIST += NAIVE_FEATURES_LIST
+FEATURES = {f.name: f for f in FEATURES_LIST}
+
+
+def features(measurements: Mapping) -> dict[str, float]:
+    """The named features of one run's measurements (NaN where a measurement is missing)."""
+    return {f.name: float(f.compute(measurements)) for f in FEATURES_LIST}
+
+
+def feature_table(records: pd.DataFrame) -> pd.DataFrame:
+    """`features` of every record, one row each, same index."""
+    rows = [features(m) for m in records.to_dict("records")]
+    return pd.DataFrame(rows, index=records.index, columns=list(FEATURES)).astype(float)
+
+
+def budgets_of(records: pd.DataFrame) -> list[int]:
+    """Every step budget some record has a snapshot at."""
+    found = set()
+    for snapshots in records.get("checkpoints", pd.Series(dtype=object)):
+        found.update(int(s["steps"]) for s in _list(snapshots))
+    return sorted(found)
+
+
+def _list(value) -> list:
+    return [] if value is None else list(value)
+
+
+def at_budget(records: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """The records as they were after `steps` training steps: records that never got there are left out.
+
+    The snapshot's measurements replace the record's own, and the curves are cut at that step.
+    """
+    rows, index = [], []
+    for key, record in zip(records.index, records.to_dict("records"), strict=True):
+        snapshot = next((s for s in _list(record.get("checkpoints")) if s["steps"] == steps), None)
+        if snapshot is None:
+            continue
+        cut = {**record, **{k: snapshot[k] for k in CHECKPOINT_COLUMNS if k in snapshot}}
+        val_steps = _list(record.get("val_steps"))
+        keep = [i for i, s in enumerate(val_steps) if s <= steps]
+        for curve in ("val_loss_curve", "val_acc_curve"):
+            values = _list(record.get(curve))
+            cut[curve] = [values[i] for i in keep if i < len(values)]
+        cut["val_steps"] = [val_steps[i] for i in keep]
+        cut["train_loss_curve"] = _list(record.get("train_loss_curve"))[:steps]
+        rows.append(cut)
+        index.append(key)
+    return pd.DataFrame(rows, index=index, columns=records.columns)

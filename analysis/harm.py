@@ -1,0 +1,67 @@
+"""Does a planted fault measurably hurt? Each fault cell against its healthy twin.
+
+A fault of some size on some problem can do no harm: Adam at 30 times its rate still learns an easy problem,
+a second frozen layer does not matter when the first one already separates the classes. A doctor that names
+such a run is not wrong about the mechanism, but it is not finding a failure either, so cells whose fault did
+no measurable harm are left out of the scores (and counted in the report), for fitting and for scoring alike.
+
+The twin is the healthy cell with the same problem, seed and recipe (optimizer and its rate, batch size and
+feed, model family, steps). The harm is read on what the fault costs:
+- accuracy: validation accuracy below the twin's by more than max(0.01, two binomial standard errors of the
+  twin's accuracy on that many validation examples);
+- time (starved_loader): the training loop at least 1.5 times as long as the twin's;
+- by definition (wrong_mode, periodic_bad_batch, double_softmax): the loop is wrong whatever the accuracy
+  says: validation read with dropout on, a tenth of the batches with random labels, a loss handed
+  probabilities. These count as harmful in every cell.
+A fault cell without a twin in the records counts as harmful.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+
+from analysis.rules import HEALTHY
+
+BY_DEFINITION = {"wrong_mode", "periodic_bad_batch", "double_softmax"}
+BY_TIME = {"starved_loader": 1.5}
+
+
+def _twin_key(record: pd.Series) -> tuple:
+    """What a fault cell and its healthy twin share: problem, seed, family, optimizer, batches, steps, device."""
+    cfg = OmegaConf.create(record.config_yaml or "{}")
+    optimizer = OmegaConf.select(cfg, "optimizer", default=None)
+    optimizer = OmegaConf.to_container(optimizer) if optimizer is not None else {}
+    return (
+        record.dataset,
+        record.seed,
+        record.model,
+        tuple(sorted((k, str(v)) for k, v in optimizer.items())),
+        OmegaConf.select(cfg, "data.batch_size", default=None),
+        OmegaConf.select(cfg, "data.batches", default="indexed"),
+        OmegaConf.select(cfg, "loop.steps", default=None),
+        record.device,
+    )
+
+
+def harmful(records: pd.DataFrame) -> pd.Series:
+    """For each record: True if its fault measurably hurt against its healthy twin (healthy cells: True)."""
+    keys = pd.Series([_twin_key(record) for _, record in records.iterrows()], index=records.index)
+    healthy = records.fault == HEALTHY
+    twins = {key: index for key, index in zip(keys[healthy], records.index[healthy], strict=True)}
+    result = pd.Series(True, index=records.index)
+    for index, record in records.iterrows():
+        if record.diagnosis == HEALTHY or "+" in record.diagnosis or record.diagnosis in BY_DEFINITION:
+            continue
+        twin = twins.get(keys[index])
+        if twin is None:
+            continue
+        reference = records.loc[twin]
+        if record.diagnosis in BY_TIME:
+            result[index] = record.loop_s >= BY_TIME[record.diagnosis] * reference.loop_s
+            continue
+        accuracy, n = reference.final_val_acc, max(int(reference.n_val), 1)
+        tolerance = max(0.01, 2 * math.sqrt(max(accuracy * (1 - accuracy), 0.0) / n))
+        result[index] = bool(np.nan_to_num(accuracy - record.final_val_acc, nan=1.0) > tolerance)
+    return result

@@ -1,0 +1,159 @@
+"""The zoo: the rules on problems, optimizers, loops and fault sizes they were not fitted on.
+
+Reads the records of `make zoo` (conf/sweep/zoo_healthy.yaml and zoo_faults.yaml: digits and 12 generated
+problems, healthy runs under 14 recipes, every fault at every size). Every problem is predicted by rules
+fitted without it (leave-one-problem-out), at every step budget, and so is the forest on the same features.
+Fault cells whose fault did no measurable harm against their healthy twin are left out (analysis/harm.py) and
+counted. The scores:
+- `false-alarms <dataset> <c>/<n> steps=<N>`: healthy runs called anything but healthy;
+- `accuracy <dataset> <method> <c>/<n> leave-one-problem-out family=<f> steps=<N> severity=<s>`: fault cells
+  (and healthy ones, severity=none) named right.
+"""
+
+import numpy as np
+import pandas as pd
+from sklearn.ensemble import RandomForestClassifier
+
+from analysis.features import at_budget, budgets_of, feature_table
+from analysis.fit import fit_budgets, is_tuned, scored
+from analysis.harm import harmful
+from analysis.rules import HEALTHY, verdicts
+
+METHODS = ("rules", "forest")
+ROLE = "leave-one-problem-out"
+
+
+def _matrix(table: pd.DataFrame) -> np.ndarray:
+    """The feature table as a forest takes it: infinities clipped, missing values -1."""
+    return np.nan_to_num(table.to_numpy(float), nan=-1.0, posinf=1e12, neginf=-1e12)
+
+
+def _forest(train: pd.DataFrame, table: pd.DataFrame) -> RandomForestClassifier:
+    return RandomForestClassifier(n_estimators=200, random_state=0).fit(_matrix(table), train.diagnosis)
+
+
+def leave_one_problem_out(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per (record, budget): the planted verdict, its severity and each method's verdict.
+
+    Each tuned problem's records are predicted by rules (and a forest) fitted on the other tuned problems.
+    """
+    records = scored(records[records.dataset.map(is_tuned)])
+    problems = sorted(records.dataset.unique())
+    budgets = budgets_of(records)
+    cut = {b: at_budget(records, b) for b in budgets}
+    tables = {b: feature_table(cut[b]) for b in budgets}
+    rows = []
+    for problem in problems:
+        rest = records[records.dataset != problem]
+        thresholds = fit_budgets(rest)
+        for budget in budgets:
+            here, table = cut[budget], tables[budget]
+            mine = here.dataset == problem
+            fitted = thresholds.get(budget) or thresholds[max(thresholds)]
+            named = verdicts(here[mine], thresholds=fitted, table=table[mine]).verdict
+            forest = _forest(here[~mine], table[~mine])
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "dataset": here.dataset[mine],
+                        "family": here.model[mine],
+                        "steps": budget,
+                        "fault": here.fault[mine],
+                        "severity": here.severity[mine],
+                        "diagnosis": here.diagnosis[mine],
+                        "rules": named,
+                        "forest": forest.predict(_matrix(table[mine])),
+                    }
+                )
+            )
+    return pd.concat(rows)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Correct verdicts per dataset, budget, severity and method; severity 'none' rows are the healthy runs."""
+    rows = []
+    for (dataset, family, steps, severity), group in table.groupby(["dataset", "family", "steps", "severity"]):
+        for method in METHODS:
+            correct = int((group[method] == group.diagnosis).sum())
+            rows.append((dataset, family, steps, severity, method, correct, len(group)))
+    return pd.DataFrame(rows, columns=["dataset", "family", "steps", "severity", "method", "correct", "total"])
+
+
+def lines(table: pd.DataFrame) -> list[str]:
+    """The machine-readable lines: false alarms per dataset and budget, accuracy per severity."""
+    out = []
+    healthy = table[table.diagnosis == HEALTHY]
+    for (dataset, steps), group in healthy.groupby(["dataset", "steps"]):
+        out.append(f"false-alarms {dataset} {int((group.rules != HEALTHY).sum())}/{len(group)} steps={steps}")
+    for r in summary(table).itertuples():
+        out.append(
+            f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {ROLE} family={r.family} steps={r.steps}"
+            f" severity={r.severity}"
+        )
+    return out
+
+
+def harmless_counts(records: pd.DataFrame) -> pd.DataFrame:
+    """Per fault and severity: fault cells on the tuned problems, and how many did no measurable harm."""
+    records = records[(records.status == "ok") & records.dataset.map(is_tuned)]
+    hurt = harmful(records)  # on every record: a fault cell is judged against its healthy twin, kept here
+    faults = records.diagnosis != HEALTHY
+    table = pd.DataFrame({"fault": records.fault, "severity": records.severity, "harmless": ~hurt})[faults]
+    counted = table.groupby(["fault", "severity"]).harmless.agg(["size", "sum"])
+    return counted.rename(columns={"size": "cells", "sum": "harmless"}).reset_index()
+
+
+def _share(hits: int, total: int) -> str:
+    return f"{hits}/{total} ({hits / total:.1%})" if total else "0/0"
+
+
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """Per budget and method: false alarms on healthy runs, and faults named at each severity."""
+    rows = []
+    for steps, group in table.groupby("steps"):
+        for method in METHODS:
+            healthy = group[group.diagnosis == HEALTHY]
+            row = {"steps": steps, "method": method}
+            row["false alarms"] = _share(int((healthy[method] != HEALTHY).sum()), len(healthy))
+            for severity in ("mild", "planted", "extreme"):
+                faults = group[group.severity == severity]
+                row[severity] = _share(int((faults[method] == faults.diagnosis).sum()), len(faults))
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["steps", "method"])
+
+
+def describe(table: pd.DataFrame, records: pd.DataFrame) -> list[str]:
+    """The zoo's part of the report: headline table, per-fault scores, harmless sizes, and the misses."""
+    from analysis.report import _markdown
+
+    longest = table.steps.max()
+    last = table[table.steps == longest]
+    faults = last[last.diagnosis != HEALTHY]
+    hits = (faults.rules == faults.diagnosis).groupby([faults.diagnosis, faults.severity])
+    per_fault = (hits.sum().astype(str) + "/" + hits.size().astype(str)).unstack(fill_value="")
+    per_fault = per_fault.reindex(columns=[c for c in ("mild", "planted", "extreme") if c in per_fault.columns])
+    misses = last[last.rules != last.diagnosis]
+    counted = misses.groupby(["diagnosis", "severity", "rules"]).size().rename("cells").reset_index()
+    harmless = harmless_counts(records)
+    harmless = harmless[harmless.harmless > 0]
+    problems = sorted(table.dataset.unique())
+    text = [
+        f"Digits and {len(problems) - 1} generated problems, healthy runs under 14 recipes and every fault at every "
+        "size (`make zoo`). Each problem is judged by rules fitted without it (leave-one-problem-out), at each "
+        "step budget with that budget's thresholds; the forest is fitted the same way on the same features. Fault "
+        "cells whose fault did no measurable harm against their healthy twin are left out (below).",
+        "",
+        _markdown(headline(table).reset_index().set_index("steps")),
+        "",
+        f"Per fault and size at {longest} steps (rules):",
+        "",
+        _markdown(per_fault.rename_axis("planted")),
+        "",
+    ]
+    if len(counted):
+        text += [f"Misses at {longest} steps (rules), by planted verdict and verdict given:", ""]
+        text += [_markdown(counted.set_index("diagnosis")), ""]
+    if len(harmless):
+        text += ["Fault cells left out because the fault did no measurable harm (analysis/harm.py):", ""]
+        text += [_markdown(harmless.set_index("fault")), ""]
+    return text
