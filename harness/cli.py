@@ -6,6 +6,7 @@ parses the overrides with Hydra's own parser, compares every option of the grid'
 that exist (conf/ and any --config-dir), and composes each chosen option once.
 """
 
+from difflib import get_close_matches
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, RangeSweep
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.records import planted
@@ -78,6 +79,36 @@ def _one_line(error: Exception) -> str:
     text = f"{error}\n{error.__cause__}" if error.__cause__ else str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return "; ".join([line for line in lines if not line.startswith(noise) and "HYDRA_FULL_ERROR" not in line][:3])
+
+
+def added_keys(base: DictConfig | dict, composed: DictConfig | dict, prefix: str = "") -> list[tuple[str, str | None]]:
+    """Keys `composed` has that `base` lacks (the planted `fault` node aside), each with the nearest key base has.
+
+    A fault file is a set of overrides of the recipe: a key the recipe does not have is a misspelling (the cell
+    would run healthy under the fault's label) unless the recipe declares it, so `fault=x` composed must have
+    exactly the keys of the recipe composed without it.
+    """
+    found = []
+    for key in composed:
+        path = f"{prefix}{key}"
+        if path == "fault":
+            continue  # the planted condition: the one node a fault file adds by design
+        if key not in base:
+            near = get_close_matches(str(key), [str(k) for k in base], n=1, cutoff=0.6)
+            found.append((path, f"{prefix}{near[0]}" if near else None))
+        elif isinstance(composed[key], DictConfig | dict) and isinstance(base[key], DictConfig | dict):
+            found += added_keys(base[key], composed[key], f"{path}.")
+    return found
+
+
+def unknown_key_message(source: str, base: DictConfig, composed: DictConfig) -> str | None:
+    """One line naming the first key `source` sets that the recipe lacks, with the nearest valid key."""
+    added = added_keys(base, composed)
+    if not added:
+        return None
+    key, near = added[0]
+    hint = f"; did you mean {near!r}?" if near else "; the recipe has no such key (declare it in conf/config.yaml)"
+    return f"{source} sets {key!r}, which the recipe does not have{hint}"
 
 
 def check_command_line(argv: list[str]) -> str | None:
@@ -146,4 +177,11 @@ def check_command_line(argv: list[str]) -> str | None:
                 return f"{' '.join(choices) or 'the recipe'}: {error}"
             if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
                 return f"seed must be an integer, got {cfg.seed!r}"
+            faults = [o for o in [*fixed, *trial] if o.lstrip("+").split("=")[0] == "fault"]
+            if faults:  # the recipe without the fault: every key a fault file sets must already be in it
+                others = [o for o in [*fixed, *trial] if o not in faults]
+                base = compose("config", overrides=[*searchpath, *others, "~fault"])
+                problem = unknown_key_message(" ".join(faults), base, cfg)
+                if problem:
+                    return problem
     return None

@@ -5,7 +5,7 @@ A fault or dataset kept outside the repository works through --config-dir, as th
 
 import pandas as pd
 import pytest
-from conftest import CONF, DATASETS, FAULTS, SHORT, SIZES, ZOO, run_entry
+from conftest import CONF, DATASETS, FAULTS, SHORT, SIZES, ZOO, make_config, run_entry
 
 BAD = {
     "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS + SIZES),
@@ -49,6 +49,37 @@ def test_a_fault_file_in_the_old_name_and_diagnosis_form_is_refused(tmp_path, re
     assert result.stderr.strip().splitlines() == [
         "error: fault=old: a fault file names itself as `fault: {<name>: <verdict>}`, not with name/diagnosis keys"
     ]
+
+
+# A misspelled key in a fault file would run a healthy cell under the fault's label: refused before any cell runs.
+MISSPELLED = {
+    "data: {shufle_labels: true}": "'data.shufle_labels', which the recipe does not have; did you mean "
+    "'data.shuffle_labels'?",
+    "loop: {zero_gradd: 0}": "'loop.zero_gradd', which the recipe does not have; did you mean 'loop.zero_grad_every'?",
+    "optimizer: {lrr: 0.5}": "'optimizer.lrr', which the recipe does not have; did you mean 'optimizer.lr'?",
+    "model: {hiden: [4]}": "'model.hiden', which the recipe does not have; did you mean 'model.hidden'?",
+    "lopp: {steps: 10}": "'lopp', which the recipe does not have; did you mean 'loop'?",
+}
+
+
+@pytest.mark.parametrize("line", MISSPELLED)
+@pytest.mark.parametrize("how", ["one cell", "a sweep"])
+def test_a_misspelled_key_in_a_fault_file_is_one_line_naming_the_nearest_key(tmp_path, records, line, how):
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "typo.yaml").write_text(f"# @package _global_\nfault: {{typo: lr_too_low}}\n{line}\n")
+    grid = ["+sweep=smoke", "fault=typo,healthy"] if how == "a sweep" else ["fault=typo"]
+    result = run_entry("--config-dir", str(tmp_path), *grid, f"run.records={records}")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: fault=typo sets ") and MISSPELLED[line] in lines[0]
+    assert not records.exists()
+
+
+@pytest.mark.parametrize("fault", FAULTS + SIZES)
+def test_every_fault_file_sets_only_keys_the_recipe_has(fault):
+    from harness.cli import added_keys
+
+    assert added_keys(make_config("~fault"), make_config(f"fault={fault}")) == []
 
 
 def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, records):

@@ -16,6 +16,7 @@ cell as a Hydra job (slower per cell, but any Hydra launcher, e.g. a SLURM one, 
 
 import copy
 import itertools
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+
+from harness.cli import unknown_key_message
 
 
 @dataclass
@@ -115,6 +118,11 @@ class GridSweeper(Sweeper):
         for content in contents:
             application.merge_with(content)
         OmegaConf.set_struct(application, True)
+        # A key the recipe lacks is a misspelling: the cell would run healthy under the fault's label.
+        problem = unknown_key_message(faults[0], cache[others], application)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)  # before any cell runs, like every other bad input
         return application
 
     def _fault_file(self, name: str) -> DictConfig | None:
