@@ -29,7 +29,7 @@ FAULTS = {
     "model_too_small": {"channels": 2, "hidden": 4},  # a bottleneck of 0.4 units per class, as planted
     "shuffled_labels": {"shuffle_labels": True},
     "frozen_params": {"frozen": True},
-    "starved_loader": {"latency": 0.008},  # well past the threshold even when a busy machine slows the step
+    "starved_loader": {"latency": 3.0},  # each batch takes 3x the step that consumes it: a busy machine slows both
 }
 
 
@@ -54,11 +54,14 @@ def training_batches(scale=1.0, shuffle_labels=False, latency=0.0):
         labels = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))]
     images = images * scale
     order = torch.randperm(len(labels))  # whole-batch indexing: a DataLoader over tiny tensors waits per item
+    step_s = None  # how long the consumer took over the last batch, from handing it over to asking again
     for start in range(0, len(labels) - 63, 64):
-        if latency:
-            time.sleep(latency)
+        if latency and step_s is not None:
+            time.sleep(latency * step_s)
         index = order[start : start + 64]
+        handed = time.perf_counter()
         yield images[index], labels[index]
+        step_s = time.perf_counter() - handed
 
 
 def validation(scale=1.0):
