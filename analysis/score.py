@@ -39,7 +39,8 @@ def _joined(values: pd.Series) -> str:
     return ",".join(str(v) for v in sorted(values.unique()))
 
 
-def _classifier(method: str):
+def classifier(method: str):
+    """The unfitted scikit-learn classifier of a method: a depth-4 tree or a 200-tree forest."""
     if method == "tree":
         return DecisionTreeClassifier(max_depth=4, random_state=0)
     return RandomForestClassifier(n_estimators=200, random_state=0)
@@ -53,7 +54,7 @@ def predict(
         return verdicts(records, RULES, load_thresholds() if thresholds is None else thresholds).verdict
     if method == "naive":
         return verdicts(records, NAIVE_RULES, NAIVE_THRESHOLDS).verdict
-    model = _classifier(method).fit(matrix(feature_table(tuned)), tuned.diagnosis)
+    model = classifier(method).fit(matrix(feature_table(tuned)), tuned.diagnosis)
     return pd.Series(model.predict(matrix(feature_table(records))), index=records.index)
 
 

@@ -10,7 +10,6 @@ counted. The scores:
   (and healthy ones, severity=none) named right.
 """
 
-import numpy as np
 import pandas as pd
 from sklearn.ensemble import RandomForestClassifier
 
@@ -18,18 +17,14 @@ from analysis.features import at_budget, budgets_of, feature_table
 from analysis.fit import fit_budgets, is_tuned, scored
 from analysis.harm import harmful
 from analysis.rules import HEALTHY, verdicts
+from analysis.score import classifier, matrix
 
 METHODS = ("rules", "forest")
 ROLE = "leave-one-problem-out"
 
 
-def _matrix(table: pd.DataFrame) -> np.ndarray:
-    """The feature table as a forest takes it: infinities clipped, missing values -1."""
-    return np.nan_to_num(table.to_numpy(float), nan=-1.0, posinf=1e12, neginf=-1e12)
-
-
 def _forest(train: pd.DataFrame, table: pd.DataFrame) -> RandomForestClassifier:
-    return RandomForestClassifier(n_estimators=200, random_state=0).fit(_matrix(table), train.diagnosis)
+    return classifier("forest").fit(matrix(table), train.diagnosis)
 
 
 def leave_one_problem_out(records: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +57,7 @@ def leave_one_problem_out(records: pd.DataFrame) -> pd.DataFrame:
                         "severity": here.severity[mine],
                         "diagnosis": here.diagnosis[mine],
                         "rules": named,
-                        "forest": forest.predict(_matrix(table[mine])),
+                        "forest": forest.predict(matrix(table[mine])),
                     }
                 )
             )

@@ -29,7 +29,7 @@ from analysis.features import FEATURES, features
 from analysis.rules import RULES, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
 from harness.evaluation import evaluate
-from harness.instruments import Instruments, memorize
+from harness.instruments import Instruments, example_rows, memorize
 from harness.reference import reference_fit
 
 
@@ -140,13 +140,12 @@ def _examples(batches: Iterable, limit: int) -> tuple[torch.Tensor, torch.Tensor
     """Up to `limit` (inputs, labels) of a validation iterable, inputs flattened to rows, on the CPU."""
     xs, ys, n = [], [], 0
     for batch in batches:
-        x, y = batch[0], batch[1]
-        if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() == 1):
+        rows = example_rows(batch, limit - n)
+        if rows is None:
             return None
-        take = min(len(y), limit - n)
-        xs.append(x[:take].detach().reshape(take, -1).float().cpu())
-        ys.append(y[:take].detach().cpu())
-        n += take
+        xs.append(rows[0])
+        ys.append(rows[1])
+        n += len(rows[1])
         if n >= limit:
             break
     return (torch.cat(xs), torch.cat(ys)) if xs else None

@@ -126,6 +126,22 @@ def periodicity(steps: list[int]) -> tuple[float, int]:
     return float(period), gaps.count(period)
 
 
+def example_rows(batch, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The first `limit` examples of a batch as (inputs flattened to float rows, labels), on the CPU.
+
+    None unless the batch is classification: floating-point inputs and one integer class label per input.
+    """
+    if len(batch) < 2:
+        return None
+    x, y = batch[0], batch[1]
+    if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() == 1):
+        return None
+    if y.is_floating_point() or len(x) != len(y):
+        return None
+    take = min(len(y), limit)
+    return x[:take].detach().reshape(take, -1).float().cpu(), y[:take].detach().cpu()
+
+
 class Instruments:
     """Observes one training loop. Create it before the loop, call `finish()` after it."""
 
@@ -205,16 +221,12 @@ class Instruments:
 
     def _keep(self, batch) -> None:
         """Keep the first `keep_examples` examples (floating-point inputs, integer class labels) for the reference."""
-        if self.n_kept >= self.keep_examples or len(batch) < 2:
+        if self.n_kept >= self.keep_examples:
             return
-        x, y = batch[0], batch[1]
-        if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() == 1):
-            return
-        if y.is_floating_point() or len(x) != len(y):
-            return
-        take = min(len(y), self.keep_examples - self.n_kept)
-        self.kept.append((x[:take].detach().reshape(take, -1).float().cpu(), y[:take].detach().cpu()))
-        self.n_kept += take
+        rows = example_rows(batch, self.keep_examples - self.n_kept)
+        if rows is not None:
+            self.kept.append(rows)
+            self.n_kept += len(rows[1])
 
     def kept_examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.

@@ -61,6 +61,7 @@ class GridSweeper(Sweeper):
         self.address = address
         self.pairs = list(pairs or [])
         self.variants = [list(v) for v in variants or []]
+        self._fault_files: dict[str, DictConfig | None] = {}  # fault option -> its content (None: not plain)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -127,7 +128,7 @@ class GridSweeper(Sweeper):
 
     def _fault_file(self, name: str) -> DictConfig | None:
         """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None."""
-        cache = self.__dict__.setdefault("_fault_files", {})
+        cache = self._fault_files
         if name not in cache:
             result = self.hydra_context.config_loader.repository.load_config(config_path=f"fault/{name}")
             plain = (
@@ -139,9 +140,10 @@ class GridSweeper(Sweeper):
             cache[name] = result.config if plain else None
         return cache[name]
 
-    def _application(self, overrides: list[str]) -> dict:
+    def _plain(self, overrides: list[str]) -> dict:
+        """The application config for these overrides, as plain resolved values."""
         full = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        return OmegaConf.to_container(OmegaConf.masked_copy(full, [k for k in full if k != "hydra"]), resolve=True)
+        return OmegaConf.to_container(_application(full), resolve=True)
 
     def fault_pairs(self) -> list[tuple[str, str]]:
         """Every pair of the `pairs` options that can share a cell: different verdicts, no key set by both.
@@ -150,10 +152,10 @@ class GridSweeper(Sweeper):
         second would silently replace the first. A pair whose model cannot be built is left out too
         (frozen_params freezes hidden layers 0 and 1; model_too_small has only one).
         """
-        healthy = _flat(self._application([]))
+        healthy = _flat(self._plain([]))
         changes, verdicts = {}, {}
         for name in self.pairs:
-            values = _flat(self._application([f"fault={name}"]))
+            values = _flat(self._plain([f"fault={name}"]))
             verdicts[name] = values[f"fault.{name}"]
             changes[name] = {k: v for k, v in values.items() if not k.startswith("fault.") and healthy.get(k) != v}
         return [
