@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.fit import NothingToFit
 from analysis.load import NoRecords, load_records
 from analysis.rules import THRESHOLDS_FILE
 
@@ -57,9 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         records = load_records(args.records)
-    except (NoRecords, ValueError) as error:
+    except (NoRecords, ValueError) as error:  # no records, or duplicate cell ids
         print(f"error: {error}", file=sys.stderr)
         return 2
+    try:
+        run(args, records)
+    except NothingToFit as error:  # a slice with nothing this command can fit or score
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(args: argparse.Namespace, records) -> None:
+    """The subcommand `args.command` on `records`: prints its tables and lines."""
     if args.command == "devices":
         from analysis.devices import study_table, summary
 
@@ -73,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "zoo":
         from analysis import zoo
 
-        table = zoo.leave_one_problem_out(records)
-        print("\n".join(zoo.describe(table, records)))
+        unfitted: dict[str, str] = {}
+        table = zoo.leave_one_problem_out(records, kept=unfitted)
+        print("\n".join(zoo.describe(table, records, unfitted)))
         print("\n".join(zoo.lines(table)))
     elif args.command in ("pairs", "families"):
         from analysis.report import families_section, pairs_section
@@ -86,11 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "fit":
         from analysis.fit import write_thresholds
 
-        by_budget = write_thresholds(records, Path(args.thresholds))
+        kept: dict[int, dict[str, str]] = {}
+        by_budget = write_thresholds(records, Path(args.thresholds), kept=kept)
         verdicts = list(next(iter(by_budget.values())))
         print(f"{'steps':16s} " + " ".join(f"{b:>9d}" for b in by_budget))
         for verdict in verdicts:
             print(f"{verdict:16s} " + " ".join(f"{by_budget[b][verdict]:9.3g}" for b in by_budget))
+        for budget, reasons in kept.items():
+            for verdict, why in reasons.items():
+                print(f"kept {verdict} steps={budget}: {why}")
         print(f"thresholds: {args.thresholds}")
     else:
         from analysis.report import build  # matplotlib only when a report is asked for
@@ -104,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
             families=Path(args.families),
         )
         print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -19,14 +19,20 @@ METHODS = ("rules", "rules-refit")
 ROLES = {"rules": "held-out", "rules-refit": "refit-loso"}
 
 
-def predictions(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
-    """The verdict of each method for every ok single-fault record."""
+def predictions(
+    records: pd.DataFrame, thresholds: dict[str, float] | None = None, kept: dict[str, str] | None = None
+) -> pd.DataFrame:
+    """The verdict of each method for every ok single-fault record (rules-refit: None with a single seed).
+
+    `kept`, if given, receives the rules the refits could not fit on the family's records, and why.
+    """
     records = records[(records.status == "ok") & ~records.diagnosis.str.contains("+", regex=False)]
     records = records[harmful(records)]  # a fault that did no harm there is no fault to find
     fitted = load_thresholds() if thresholds is None else thresholds
-    # With a single seed there is nothing to refit on: such a family's cells count as misses.
+    # With a single seed there is nothing to refit on: such a family has no rules-refit verdicts (None), and its
+    # refit score is left out rather than counted as misses.
     refit = [
-        leave_one_seed_out(group, "rules", fallback=fitted)
+        leave_one_seed_out(group, "rules", fallback=fitted, kept=kept)
         for _, group in records.groupby(["model", "dataset"])
         if group.seed.nunique() > 1
     ]
@@ -37,7 +43,7 @@ def predictions(records: pd.DataFrame, thresholds: dict[str, float] | None = Non
             "steps": budgets(records),
             "diagnosis": records.diagnosis,
             "rules": verdicts(records, RULES, fitted).verdict,
-            "rules-refit": pd.concat(refit).reindex(records.index) if refit else pd.Series(dtype=str),
+            "rules-refit": pd.concat(refit).reindex(records.index) if refit else None,
         },
         index=records.index,
     )
@@ -49,8 +55,11 @@ def accuracy(table: pd.DataFrame) -> pd.DataFrame:
     for (family, dataset), group in table.groupby(["family", "dataset"]):
         steps = ",".join(str(s) for s in sorted(group.steps.unique()))
         for method in METHODS:
-            correct = int((group[method] == group.diagnosis).sum())
-            rows.append((family, dataset, method, correct, len(group), ROLES[method], steps))
+            judged = group[group[method].notna()]
+            if judged.empty:
+                continue  # rules-refit on a single seed: nothing was refitted
+            correct = int((judged[method] == judged.diagnosis).sum())
+            rows.append((family, dataset, method, correct, len(judged), ROLES[method], steps))
     return pd.DataFrame(rows, columns=["family", "dataset", "method", "correct", "total", "role", "steps"])
 
 
@@ -59,7 +68,10 @@ def per_fault(table: pd.DataFrame) -> pd.DataFrame:
     columns = {}
     for family, group in table.groupby("family"):
         for method in METHODS:
-            hits = (group[method] == group.diagnosis).groupby(group.diagnosis)
+            judged = group[group[method].notna()]
+            if judged.empty:
+                continue
+            hits = (judged[method] == judged.diagnosis).groupby(judged.diagnosis)
             columns[f"{family} {method}"] = hits.sum().astype(str) + "/" + hits.size().astype(str)
     return pd.DataFrame(columns).fillna("").rename_axis("planted")
 

@@ -7,8 +7,13 @@ sees the records that no earlier rule claimed. Its threshold is the cut on its f
 fewest of them (the rule's own fault should fire, every other record, healthy ones included, should not: a
 false alarm costs as much as a miss); among equally good cuts the one with the widest gap wins, and the
 threshold sits in the middle of that gap (the geometric middle for features that span orders of magnitude).
-If firing on nothing is strictly better, the threshold lies beyond every value. A rule whose fault has no
-record at a budget keeps the longest budget's threshold. Deterministic: the same records give the same file.
+If firing on nothing is strictly better, the threshold lies beyond every value. Deterministic: the same records
+give the same file.
+
+Any slice of a grid can be fitted: a rule that cannot be fitted on the records at hand (its fault has no cell
+there, every such cell was already named by an earlier rule, or none has the rule's measurement) keeps a
+fallback threshold, the committed one (analysis/thresholds.json) unless the caller gives another (a shorter
+budget falls back on the longest budget's fit), and the reason is reported (`kept`).
 """
 
 import itertools
@@ -21,7 +26,7 @@ import pandas as pd
 
 from analysis.features import FEATURES, at_budget, budgets_of, feature_table
 from analysis.harm import harmful
-from analysis.rules import RULES, THRESHOLDS_FILE, Rule
+from analysis.rules import RULES, THRESHOLDS_FILE, Rule, load_thresholds
 
 TUNED_DATASET = "digits"  # the tuned real dataset; the generated zoo problems are tuned on too
 
@@ -66,28 +71,67 @@ def fit_stump(values: pd.Series, positive: pd.Series, above: bool, log: bool) ->
     return float(best[2])
 
 
+class NothingToFit(ValueError):
+    """A rule cannot be fitted on these records and has no threshold to fall back on."""
+
+
+def committed_thresholds(steps: int | None = None) -> dict[str, float]:
+    """The committed thresholds for the budget nearest `steps`, or {} when the thresholds file is missing."""
+    try:
+        return load_thresholds(steps)
+    except FileNotFoundError:
+        return {}
+
+
+def why_unfitted(records: pd.DataFrame, table: pd.DataFrame, unclaimed: pd.Series, rule: Rule) -> str:
+    """Why `rule` cannot be fitted on these records: the sentence the fit and the report print."""
+    own = records.diagnosis == rule.verdict
+    if not own.any():
+        return "no cell of its fault in these records"
+    if not (own & unclaimed).any():
+        return "every cell of its fault was already named by an earlier rule"
+    return f"no cell of its fault has its measurement ({rule.feature})"
+
+
+def kept_lines(kept: dict[str, str]) -> list[str]:
+    """Markdown list items: the rules that kept a threshold they were not fitted on, grouped by why."""
+    by_reason: dict[str, list[str]] = {}
+    for verdict, why in kept.items():
+        by_reason.setdefault(why, []).append(verdict)
+    return [f"- {why}: {', '.join(verdicts)}" for why, verdicts in by_reason.items()]
+
+
 def fit_thresholds(
     records: pd.DataFrame,
     rules: list[Rule] = RULES,
     fallback: dict[str, float] | None = None,
     table: pd.DataFrame | None = None,
+    kept: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """Thresholds for `rules`, fitted on these records (ok records, one budget) in rule order.
 
-    A rule whose fault no record reaches keeps its `fallback` threshold; without one, that is an error.
+    A rule that cannot be fitted here keeps its `fallback` threshold (None: the committed threshold for the
+    records' budget); `kept`, if given, receives why for each such rule. A rule with no threshold to keep is an
+    error (NothingToFit).
     """
     keep = records.status == "ok"
     records = records[keep]
     table = feature_table(records) if table is None else table[keep]
+    if fallback is None:
+        steps = records.steps.max() if len(records) else math.nan
+        fallback = committed_thresholds(int(steps) if pd.notna(steps) else None)
     unclaimed = pd.Series(True, index=records.index)
     thresholds = {}
     for rule in rules:
         positive = records.loc[unclaimed, "diagnosis"] == rule.verdict
         fitted = fit_stump(table.loc[unclaimed, rule.feature], positive, rule.above, FEATURES[rule.feature].log)
         if fitted is None:
-            if fallback is None or rule.verdict not in fallback:
-                raise ValueError(f"no record of {rule.verdict} reaches its rule: nothing to fit, and no fallback")
+            why = why_unfitted(records, table, unclaimed, rule)
+            if rule.verdict not in fallback:
+                raise NothingToFit(f"the {rule.verdict} rule cannot be fitted ({why}) and has no threshold to keep")
             fitted = fallback[rule.verdict]
+            if kept is not None:
+                kept[rule.verdict] = why
         thresholds[rule.verdict] = fitted
         fired = table[rule.feature].map(lambda v, r=rule, t=fitted: r.fires(v, t))
         unclaimed = unclaimed & ~fired
@@ -100,23 +144,46 @@ def scored(records: pd.DataFrame) -> pd.DataFrame:
     return records[harmful(records)]
 
 
-def fit_budgets(records: pd.DataFrame, fallback: dict[int, dict[str, float]] | None = None) -> dict[int, dict]:
-    """Thresholds per step budget, longest budget first; shorter budgets fall back on the longest one's."""
+def fit_budgets(
+    records: pd.DataFrame,
+    fallback: dict[int, dict[str, float]] | None = None,
+    kept: dict[int, dict[str, str]] | None = None,
+) -> dict[int, dict]:
+    """Thresholds per step budget, longest budget first.
+
+    A rule that cannot be fitted at a budget keeps `fallback[budget]` if given, else the longest budget's fit
+    (the committed threshold at the longest budget itself); `kept[budget]` receives why.
+    """
     result: dict[int, dict[str, float]] = {}
     for budget in sorted(budgets_of(records), reverse=True):
         cut = at_budget(records, budget)
         longest = result[max(result)] if result else None
-        fallback_here = (fallback or {}).get(budget) or longest
-        result[budget] = fit_thresholds(cut, fallback=fallback_here)
+        given = (fallback or {}).get(budget)
+        fallback_here = given or longest
+        reasons: dict[str, str] = {}
+        result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons)
+        if kept is not None:
+            if given:
+                source = "the threshold given"
+            elif longest:
+                source = f"the {max(result)}-step fit"
+            else:
+                source = "the committed threshold"
+            kept[budget] = {verdict: f"{why}; keeps {source}" for verdict, why in reasons.items()}
     return dict(sorted(result.items()))
 
 
-def write_thresholds(records: pd.DataFrame, path: Path = THRESHOLDS_FILE) -> dict[int, dict[str, float]]:
-    """Fit on the tuned problems alone (harmless fault cells left out) and write the thresholds file."""
+def write_thresholds(
+    records: pd.DataFrame, path: Path = THRESHOLDS_FILE, kept: dict[int, dict[str, str]] | None = None
+) -> dict[int, dict[str, float]]:
+    """Fit on the tuned problems alone (harmless fault cells left out) and write the thresholds file.
+
+    `kept[budget]`, if given, receives each rule that kept a threshold it was not fitted on here, and why.
+    """
     tuned = scored(records[records.dataset.map(is_tuned)])
     if tuned.empty:
-        raise ValueError("no ok records of digits or the zoo problems to fit on: `make zoo` produces them")
-    by_budget = fit_budgets(tuned)
+        raise NothingToFit("no ok records of digits or the zoo problems to fit on: `make zoo` produces them")
+    by_budget = fit_budgets(tuned, kept=kept)
     document = {
         "fitted_on": {
             "datasets": sorted(tuned.dataset.unique()),

@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.features import FEATURES, feature_table
-from analysis.fit import TUNED_DATASET, is_tuned
+from analysis.fit import TUNED_DATASET, NothingToFit, is_tuned, kept_lines
 from analysis.harm import harmful
 from analysis.load import optional_records
 from analysis.plots import pyplot
 from analysis.rules import HEALTHY, RULES, diagnose, load_thresholds
-from analysis.score import METHODS, accuracy_lines, confusion, per_fault, role, score
+from analysis.score import accuracy_lines, confusion, per_fault, role, score
 
 plt = pyplot()
 
@@ -174,8 +174,12 @@ def zoo_section(folder: Path) -> tuple[list[str], list[str]]:
     records = optional_records(folder)
     if records is None:
         return [title, "", f"No zoo records in {folder}: `make zoo` produces them.", ""], []
-    table = zoo.leave_one_problem_out(records)
-    text = [title, "", *zoo.describe(table, records), ""]
+    kept: dict[str, str] = {}
+    try:
+        table = zoo.leave_one_problem_out(records, kept=kept)
+    except NothingToFit as why:  # a slice with one problem: nothing to leave out
+        return [title, "", f"No zoo scores from {folder}: {why}.", ""], []
+    text = [title, "", *zoo.describe(table, records, kept), ""]
     return text, zoo.lines(table)
 
 
@@ -228,7 +232,8 @@ def families_section(folder: Path, out: Path, records: pd.DataFrame | None = Non
     records = optional_records(folder) if records is None else records
     if records is None:
         return [title, "", f"No records of other families in {folder}: `make families` produces them.", ""], []
-    table = families.predictions(records)
+    kept: dict[str, str] = {}
+    table = families.predictions(records, kept=kept)
     summary = families.accuracy(table)
     shown = summary.assign(score=summary.correct.astype(str) + "/" + summary.total.astype(str))
     shown = shown.pivot(index=["family", "dataset", "steps"], columns="method", values="score").reset_index()
@@ -252,12 +257,30 @@ def families_section(folder: Path, out: Path, records: pd.DataFrame | None = Non
     if len(harmless):
         counted = harmless.groupby(["model", "fault"]).size().rename("cells").reset_index().set_index("model")
         text += ["Left out, the fault did no measurable harm there:", "", _markdown(counted), ""]
+    single_seed = sorted(set(table.family) - set(summary.family[summary.method == "rules-refit"]))
+    if single_seed:
+        text += [f"No rules-refit score for {', '.join(single_seed)}: leave-one-seed-out needs two seeds.", ""]
+    if kept:
+        text += ["Rules the refits could not fit on a family's records kept their committed thresholds:", ""]
+        text += [*kept_lines(kept), ""]
     misses = table[table.rules != table.diagnosis]
     if len(misses):
         text += ["Misses of the unchanged rules, by planted fault and verdict:", ""]
         counted = misses.groupby(["family", "diagnosis", "rules"]).size().rename("cells").reset_index()
         text += [_markdown(counted.set_index("family")), ""]
     return text, families.accuracy_lines(summary)
+
+
+def slice_notes(scores: dict) -> list[str]:
+    """What a slice of the grid leaves out of the report: methods and figures that need records it lacks."""
+    notes = []
+    missing = [m for m in ("tree", "forest") if m not in scores["methods"]]
+    if missing:
+        notes.append(f"No {TUNED_DATASET} records here: the {' and '.join(missing)} (fitted on them) are left out")
+    tuned = scores["records"][scores["records"].dataset == TUNED_DATASET]
+    if len(tuned) and not scores["loso"]:
+        notes.append(f"One seed of {TUNED_DATASET} only: no leave-one-seed-out score (it needs at least two seeds)")
+    return notes
 
 
 def build(
@@ -270,9 +293,15 @@ def build(
     early: bool = True,
 ) -> tuple[str, list[str]]:
     """Write report.md and its PNGs into `out`; return the text printed on the terminal and the accuracy lines."""
-    out.mkdir(parents=True, exist_ok=True)
     scores = score(records)
-    ok, predictions, correct = scores["records"], scores["predictions"], scores["correct"]
+    ok, predictions, correct, methods = scores["records"], scores["predictions"], scores["correct"], scores["methods"]
+    if ok.empty:
+        failed = int((records.status != "ok").sum())
+        raise NothingToFit(
+            f"nothing to report: no ok record that counts ({failed} failed or skipped, "
+            f"{len(scores['harmless'])} whose fault did no harm)"
+        )
+    out.mkdir(parents=True, exist_ok=True)
     thresholds = load_thresholds()
     zoo_text, zoo_lines = zoo_section(zoo) if zoo is not None else ([], [])
     early_text, early_lines = early_section(ok, out) if early else ([], [])
@@ -282,7 +311,7 @@ def build(
     skipped = records[records.status != "ok"]
 
     accuracy_table = scores["accuracy"].assign(score=lambda a: a.correct.astype(str) + "/" + a.total.astype(str))
-    accuracy_table = accuracy_table.pivot(index="dataset", columns="method", values="score")[list(METHODS)]
+    accuracy_table = accuracy_table.pivot(index="dataset", columns="method", values="score")[methods]
     accuracy_table.insert(0, "role", [role(d) for d in accuracy_table.index])
 
     text = ["# Can a short list of measurements name the fault?", ""]
@@ -299,9 +328,17 @@ def build(
         _markdown(accuracy_table),
         "",
     ]
+    text += [f"{note}.\n" for note in slice_notes(scores)]
     if scores["loso"]:
-        loso = ", ".join(f"{m} {scores['loso'][m]}/{scores['loso_total']}" for m in METHODS)
+        loso = ", ".join(f"{m} {scores['loso'][m]}/{scores['loso_total']}" for m in methods)
         text += [f"Leave-one-seed-out on {TUNED_DATASET} (each seed scored by a fit without it): {loso}.", ""]
+    if scores["kept"]:
+        text += [
+            "Rules the leave-one-seed-out fits could not fit on these records kept their committed thresholds:",
+            "",
+            *kept_lines(scores["kept"]),
+            "",
+        ]
     harmless = scores["harmless"]
     if len(harmless):
         counted = harmless.groupby(["dataset", "fault"]).size().rename("cells").reset_index().set_index("dataset")
@@ -381,7 +418,9 @@ def build(
     if scores["loso"]:
         terminal.append(
             f"leave-one-seed-out on {TUNED_DATASET}: "
-            + ", ".join(f"{m} {scores['loso'][m]}/{scores['loso_total']}" for m in METHODS)
+            + ", ".join(f"{m} {scores['loso'][m]}/{scores['loso_total']}" for m in methods)
         )
+    terminal += [f"{note}" for note in slice_notes(scores)]
+    terminal += [f"kept committed threshold: {verdict}: {why}" for verdict, why in scores["kept"].items()]
     terminal += [*lines, f"report: {out / 'report.md'}"]
     return "\n".join(terminal), lines

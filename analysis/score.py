@@ -14,7 +14,7 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from analysis.features import feature_table
-from analysis.fit import TUNED_DATASET, fit_thresholds, is_tuned
+from analysis.fit import TUNED_DATASET, NothingToFit, fit_thresholds, is_tuned
 from analysis.harm import harmful
 from analysis.rules import NAIVE_RULES, NAIVE_THRESHOLDS, RULES, load_thresholds, verdicts
 
@@ -58,16 +58,21 @@ def predict(
     return pd.Series(model.predict(matrix(feature_table(records))), index=records.index)
 
 
-def leave_one_seed_out(tuned: pd.DataFrame, method: str, fallback: dict[str, float] | None = None) -> pd.Series:
-    """Verdicts on the tuned records, each seed predicted by a method fitted without it.
+def leave_one_seed_out(
+    tuned: pd.DataFrame, method: str, fallback: dict[str, float] | None = None, kept: dict[str, str] | None = None
+) -> pd.Series:
+    """Verdicts on the tuned records, each seed predicted by a method fitted without it (at least two seeds).
 
-    `fallback`: thresholds kept by rules whose fault the records lack (see `fit_thresholds`).
+    `fallback`: thresholds kept by rules that cannot be fitted on the other seeds (None: the committed ones; see
+    `fit_thresholds`); `kept`, if given, receives those rules and why.
     """
+    if tuned.seed.nunique() < 2:
+        raise NothingToFit("leave-one-seed-out needs records of at least two seeds")
     fallback = load_thresholds() if fallback is None else fallback
     parts = []
     for seed in sorted(tuned.seed.unique()):
         held, rest = tuned[tuned.seed == seed], tuned[tuned.seed != seed]
-        thresholds = fit_thresholds(rest, fallback=fallback) if method == "rules" else None
+        thresholds = fit_thresholds(rest, fallback=fallback, kept=kept) if method == "rules" else None
         parts.append(predict(held, method, rest, thresholds))
     return pd.concat(parts).reindex(tuned.index)
 
@@ -79,7 +84,9 @@ def score(records: pd.DataFrame) -> dict:
     harmless = records[~hurt]
     records = records[hurt]
     tuned = records[records.dataset == TUNED_DATASET]
-    predictions = pd.DataFrame({m: predict(records, m, tuned) for m in METHODS})
+    # The tree and the forest learn from this grid's digits records: a slice without them has no tree or forest.
+    methods = [m for m in METHODS if len(tuned) or m in ("rules", "naive")]
+    predictions = pd.DataFrame({m: predict(records, m, tuned) for m in methods}, index=records.index)
     correct = predictions.eq(records.diagnosis, axis=0)
     datasets = sorted(records.dataset.unique(), key=lambda d: (d != TUNED_DATASET, d))
     steps = budgets(records)
@@ -94,14 +101,17 @@ def score(records: pd.DataFrame) -> dict:
             "steps": _joined(steps[records.dataset == d]),
         }
         for d in datasets
-        for m in METHODS
+        for m in methods
     ]
+    kept: dict[str, str] = {}  # rules that kept their committed threshold in the leave-one-seed-out fits, and why
     loso = (
-        {m: int(leave_one_seed_out(tuned, m).eq(tuned.diagnosis).sum()) for m in METHODS}
+        {m: int(leave_one_seed_out(tuned, m, kept=kept).eq(tuned.diagnosis).sum()) for m in methods}
         if tuned.seed.nunique() > 1
         else {}
     )
     return {
+        "methods": methods,
+        "kept": kept,
         "records": records,
         "predictions": predictions,
         "correct": correct,

@@ -14,7 +14,7 @@ import pandas as pd
 from sklearn.ensemble import RandomForestClassifier
 
 from analysis.features import at_budget, budgets_of, feature_table
-from analysis.fit import fit_budgets, is_tuned, scored
+from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines, scored
 from analysis.harm import harmful
 from analysis.rules import HEALTHY, verdicts
 from analysis.score import classifier, matrix
@@ -27,20 +27,32 @@ def _forest(train: pd.DataFrame, table: pd.DataFrame) -> RandomForestClassifier:
     return classifier("forest").fit(matrix(table), train.diagnosis)
 
 
-def leave_one_problem_out(records: pd.DataFrame) -> pd.DataFrame:
+def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per (record, budget): the planted verdict, its severity and each method's verdict.
 
-    Each tuned problem's records are predicted by rules (and a forest) fitted on the other tuned problems.
+    Each tuned problem's records are predicted by rules (and a forest) fitted on the other tuned problems; a rule
+    those cannot fit keeps a fallback threshold (see analysis.fit), and `kept`, if given, receives why.
     """
     records = scored(records[records.dataset.map(is_tuned)])
     problems = sorted(records.dataset.unique())
+    if len(problems) < 2:
+        found = f"{len(problems)}: {', '.join(problems)}" if problems else "none"
+        raise NothingToFit(
+            "leave-one-problem-out needs ok records of at least two tuned problems (digits and the zoo's); "
+            f"these have {found}"
+        )
     budgets = budgets_of(records)
     cut = {b: at_budget(records, b) for b in budgets}
     tables = {b: feature_table(cut[b]) for b in budgets}
     rows = []
     for problem in problems:
         rest = records[records.dataset != problem]
-        thresholds = fit_budgets(rest)
+        reasons: dict[int, dict[str, str]] = {}
+        thresholds = fit_budgets(rest, kept=reasons)
+        for budget_reasons in reasons.values():
+            for verdict, why in budget_reasons.items():
+                if kept is not None:
+                    kept.setdefault(verdict, f"{why} (leaving out {problem})")
         for budget in budgets:
             here, table = cut[budget], tables[budget]
             mine = here.dataset == problem
@@ -117,8 +129,11 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["steps", "method"])
 
 
-def describe(table: pd.DataFrame, records: pd.DataFrame) -> list[str]:
-    """The zoo's part of the report: headline table, per-fault scores, harmless sizes, and the misses."""
+def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | None = None) -> list[str]:
+    """The zoo's part of the report: headline table, per-fault scores, harmless sizes, and the misses.
+
+    `kept`: rules that some fold could not fit, with why (from `leave_one_problem_out`).
+    """
     from analysis.report import _markdown
 
     longest = table.steps.max()
@@ -151,4 +166,7 @@ def describe(table: pd.DataFrame, records: pd.DataFrame) -> list[str]:
     if len(harmless):
         text += ["Fault cells left out because the fault did no measurable harm (analysis/harm.py):", ""]
         text += [_markdown(harmless.set_index("fault")), ""]
+    if kept:
+        text += ["Rules some fold could not fit kept a threshold they were not fitted on there:", ""]
+        text += [*kept_lines(kept), ""]
     return text

@@ -13,7 +13,7 @@ import pytest
 from conftest import FAULTS, ROOT, SHORT, make_config
 from joblib import Parallel, delayed
 
-from analysis.fit import fit_stump, fit_thresholds
+from analysis.fit import NothingToFit, fit_stump, fit_thresholds
 from analysis.harm import harmful
 from analysis.load import NoRecords, load_records
 from analysis.report import build
@@ -171,9 +171,12 @@ def test_a_rule_that_cannot_separate_fires_on_nothing_and_one_with_no_fault_keep
     assert fit_stump(values, pd.Series([False] * 4), above=True, log=False) is None
     frame = pd.DataFrame([record(diagnosis=HEALTHY, cell_id=f"h{s}", seed=s) for s in range(3)])
     fallback = {rule.verdict: 0.5 for rule in RULES}
-    assert fit_thresholds(frame, fallback=fallback) == fallback
-    with pytest.raises(ValueError, match="no record of starved_loader reaches its rule"):
-        fit_thresholds(frame)
+    kept = {}
+    assert fit_thresholds(frame, fallback=fallback, kept=kept) == fallback
+    assert kept == dict.fromkeys(fallback, "no cell of its fault in these records")
+    assert fit_thresholds(frame) == load_thresholds(int(frame.steps.max()))  # no fallback given: the committed ones
+    with pytest.raises(NothingToFit, match=r"the starved_loader rule cannot be fitted \(no cell of its fault"):
+        fit_thresholds(frame, fallback={})
 
 
 def test_fit_thresholds_separates_hand_made_faults_in_rule_order():
@@ -263,3 +266,78 @@ def test_the_readme_carries_the_rules_table_as_the_code_prints_it():
     from analysis.rules import rules_table
 
     assert rules_table() in (ROOT / "README.md").read_text(), "run `python -m analysis rules` and paste it"
+
+
+def slice_of(short_grid, folder, faults, datasets=REPORTED, seeds=(0,), status="ok"):
+    """A records folder holding a slice of the short grid: these faults and datasets, each record copied per seed."""
+    rows = [pq.read_table(path).to_pylist()[0] for path in sorted(short_grid.glob("*.parquet"))]
+    chosen = [row for row in rows if row["fault"] in faults and row["dataset"] in datasets]
+    for seed in seeds:
+        for row in chosen:
+            write_record({**row, "seed": seed, "cell_id": f"{row['cell_id']}-copy{seed}", "status": status}, folder)
+    return folder
+
+
+def analysis_main(capsys, *argv):
+    from analysis.__main__ import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_report_on_a_slice_says_which_rules_kept_their_committed_thresholds(short_grid, tmp_path, capsys):
+    folder = slice_of(short_grid, tmp_path / "slice", ["healthy", "lr_too_high"], seeds=(0, 1, 2))
+    code, out, err = analysis_main(capsys, "report", folder, "--out", tmp_path / "report", "--zoo", folder)
+    assert code == 0, err
+    assert "leave-one-seed-out on digits: rules " in out
+    kept = {line.split(": ")[1]: line.split(": ")[2] for line in out.splitlines() if line.startswith("kept committed")}
+    records = load_records(folder)
+    scored_here = set(records.diagnosis[(records.dataset == "digits") & harmful(records)])  # 40 steps: some do no harm
+    absent = {r.verdict for r in RULES} - scored_here
+    assert {v for v, why in kept.items() if why == "no cell of its fault in these records"} == absent
+    assert set(kept) - absent <= {"lr_too_high"}  # fitted, unless an earlier rule named every such cell
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "kept their committed thresholds:\n\n- no cell of its fault in these records: starved_loader, " in report
+    assert "No zoo scores from " in report and "leave-one-problem-out needs ok records of at least two" in report
+
+
+def test_a_report_on_one_seed_or_without_digits_leaves_out_what_it_cannot_score(short_grid, tmp_path, capsys):
+    one_seed = slice_of(short_grid, tmp_path / "one", ["healthy", "no_zero_grad"])
+    code, out, err = analysis_main(capsys, "report", one_seed, "--out", tmp_path / "r1")
+    assert code == 0, err
+    assert "One seed of digits only: no leave-one-seed-out score (it needs at least two seeds)" in out
+    held_out = slice_of(short_grid, tmp_path / "synthetic", ["healthy", "no_zero_grad"], datasets=["synthetic"])
+    code, out, err = analysis_main(capsys, "report", held_out, "--out", tmp_path / "r2")
+    assert code == 0, err
+    assert out.startswith("| dataset | role | rules | naive |\n")  # no tree or forest: nothing to fit them on
+    assert "No digits records here: the tree and forest (fitted on them) are left out" in out
+    code, out, err = analysis_main(capsys, "families", one_seed, "--out", tmp_path / "r3")
+    assert code == 0, err
+    assert "No rules-refit score for mlp: leave-one-seed-out needs two seeds." in out
+    assert not [line for line in out.splitlines() if line.startswith("accuracy digits rules-refit")]
+
+
+def test_fit_on_a_slice_fits_what_it_can_and_names_the_rest(short_grid, tmp_path, capsys):
+    import json
+
+    folder = slice_of(short_grid, tmp_path / "slice", ["healthy", "lr_too_low"], datasets=["digits"], seeds=(0, 1))
+    code, out, err = analysis_main(capsys, "fit", folder, "--thresholds", tmp_path / "t.json")
+    assert code == 0, err
+    kept = [line for line in out.splitlines() if line.startswith("kept ")]
+    assert "kept starved_loader steps=40: no cell of its fault in these records; keeps the committed threshold" in kept
+    assert not [line for line in kept if line.startswith("kept lr_too_low ")]  # its fault is here: fitted
+    fitted = json.loads((tmp_path / "t.json").read_text())["budgets"]["40"]
+    assert fitted["starved_loader"] == pytest.approx(load_thresholds(40)["starved_loader"], rel=1e-5)
+
+
+@pytest.mark.parametrize("command", ["report", "zoo", "fit", "early", "families", "pairs"])
+def test_no_command_crashes_on_a_folder_of_failed_cells_or_a_single_problem(short_grid, tmp_path, capsys, command):
+    failed = slice_of(short_grid, tmp_path / "failed", ["healthy", "lr_too_high"], status="failed")
+    single = slice_of(short_grid, tmp_path / "single", ["healthy", "lr_too_high"], datasets=["digits"])
+    for folder in (failed, single):
+        extra = {"fit": ["--thresholds", tmp_path / "t.json"], "report": ["--out", tmp_path / "r"]}.get(command, [])
+        code, _, err = analysis_main(capsys, command, folder, *extra)
+        assert code in (0, 2), err
+        if code == 2:  # nothing this command can score: one line saying why
+            assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
