@@ -10,6 +10,7 @@ from difflib import get_close_matches
 from fnmatch import fnmatch
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, RangeSweep
@@ -17,10 +18,14 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.checks import cell_problems, knob_problems
 from harness.records import planted
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("fault", "dataset", "device", "model", "optimizer", "sweep")
+# Groups whose files may set keys outside their own node (`# @package _global_`): every such key must be one the
+# recipe already has, or a misspelling would run silently (a fault's cell healthy under the fault's label).
+FILE_GROUPS = ("fault", "dataset", "sweep")
 _VALUED_FLAGS = {
     "-cd",
     "--config-dir",
@@ -81,6 +86,18 @@ def _one_line(error: Exception) -> str:
     return "; ".join([line for line in lines if not line.startswith(noise) and "HYDRA_FULL_ERROR" not in line][:3])
 
 
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML syntax error as one line: `file:line:column: what is wrong`."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    what = getattr(error, "problem", None) or str(error).splitlines()[0]
+    if mark is None:
+        return f"malformed YAML: {what}"
+    name = Path(mark.name)
+    if name.is_absolute() and name.is_relative_to(Path.cwd()):
+        name = name.relative_to(Path.cwd())
+    return f"malformed YAML in {name}:{mark.line + 1}:{mark.column + 1}: {what}"
+
+
 def added_keys(base: DictConfig | dict, composed: DictConfig | dict, prefix: str = "") -> list[tuple[str, str | None]]:
     """Keys `composed` has that `base` lacks (the planted `fault` node aside), each with the nearest key base has.
 
@@ -101,9 +118,12 @@ def added_keys(base: DictConfig | dict, composed: DictConfig | dict, prefix: str
     return found
 
 
-def unknown_key_message(source: str, base: DictConfig, composed: DictConfig) -> str | None:
-    """One line naming the first key `source` sets that the recipe lacks, with the nearest valid key."""
-    added = added_keys(base, composed)
+def unknown_key_message(source: str, base: DictConfig, composed: DictConfig, own: str = "fault") -> str | None:
+    """One line naming the first key `source` sets that the recipe lacks, with the nearest valid key.
+
+    `own` is the node the option's group fills (a dataset file's `dataset:`), where any key is the option's own.
+    """
+    added = [(key, near) for key, near in added_keys(base, composed) if key.split(".")[0] not in (own, "hydra")]
     if not added:
         return None
     key, near = added[0]
@@ -154,34 +174,110 @@ def check_command_line(argv: list[str]) -> str | None:
 
     if other_primary:
         return None  # another primary config: Hydra checks it itself
-    # Compose each chosen group option once (the others at their first choice) to catch unknown keys,
-    # wrong types, YAML errors and fault files that do not name themselves.
-    searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in config_dirs)}]"] if config_dirs else []
+    searchpath = searchpath_override(config_dirs)
+    sweeping = any(f in flags for f in ("-m", "--multirun")) or any(_group(o) == "sweep" for o in fixed)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return _check_compositions(searchpath, fixed, chosen, config_dirs, sweeping)
+    except yaml.YAMLError as error:  # Hydra lets a YAML syntax error through as a 40-line traceback
+        return yaml_problem(error)
+
+
+def searchpath_override(config_dirs: list[Path]) -> list[str]:
+    """The override that adds the extra config dirs to Hydra's search path when composing (none: no override)."""
+    return [f"hydra.searchpath=[{','.join('file://' + str(d) for d in config_dirs)}]"] if config_dirs else []
+
+
+def _group(override: str) -> str:
+    """The key or group of an override line: `+sweep=smoke` -> sweep, `~fault` -> fault."""
+    return override.lstrip("+~").split("=")[0]
+
+
+def _check_compositions(
+    searchpath: list[str], fixed: list[str], chosen: dict[str, list[str]], config_dirs: list[Path], sweeping: bool
+) -> str | None:
+    """Compose each chosen group option once (the others at their first choice) and check what comes out.
+
+    That catches unknown keys, wrong types, YAML errors, fault files that do not name themselves, keys a fault,
+    dataset or sweep file sets that the recipe lacks, and knobs out of range. A single cell's dataset is loaded
+    and checked here too; a sweep's datasets are checked by the grid sweeper, while the workers start.
+    """
     firsts = [values[0] for values in chosen.values()]
     trials = [firsts] + [
         [*firsts[:i], v, *firsts[i + 1 :]] for i, values in enumerate(chosen.values()) for v in values[1:]
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        for trial in trials:
-            try:
-                cfg = compose("config", overrides=[*searchpath, *fixed, *trial])
-            except (HydraException, OmegaConfBaseException) as error:
-                return f"bad configuration ({' '.join(trial + fixed) or 'defaults'}): {_one_line(error)}"
-            choices = [o for o in [*fixed, *trial] if o.lstrip("+~").split("=")[0] in GROUPS]
-            missing = sorted(OmegaConf.missing_keys(cfg))
-            if missing:
-                return f"{' '.join(choices) or 'the recipe'} leaves {', '.join(missing)} unset"
-            try:
-                planted(cfg)
-            except ValueError as error:
-                return f"{' '.join(choices) or 'the recipe'}: {error}"
-            if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
-                return f"seed must be an integer, got {cfg.seed!r}"
-            faults = [o for o in [*fixed, *trial] if o.lstrip("+").split("=")[0] == "fault"]
-            if faults:  # the recipe without the fault: every key a fault file sets must already be in it
-                others = [o for o in [*fixed, *trial] if o not in faults]
-                base = compose("config", overrides=[*searchpath, *others, "~fault"])
-                problem = unknown_key_message(" ".join(faults), base, cfg)
+    options_checked: set[str] = set()
+    for trial in trials:
+        overrides = [*fixed, *trial]
+        try:
+            cfg = compose("config", overrides=[*searchpath, *overrides], return_hydra_config=True)
+        except (HydraException, OmegaConfBaseException) as error:
+            return f"bad configuration ({' '.join(trial + fixed) or 'defaults'}): {_one_line(error)}"
+        hydra_node = cfg.hydra
+        cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+        choices = [o for o in overrides if _group(o) in GROUPS]
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        if missing:
+            return f"{' '.join(choices) or 'the recipe'} leaves {', '.join(missing)} unset"
+        try:
+            planted(cfg)
+        except ValueError as error:
+            return f"{' '.join(choices) or 'the recipe'}: {error}"
+        if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
+            return f"seed must be an integer, got {cfg.seed!r}"
+        for option in [o for o in overrides if _group(o) in FILE_GROUPS and o not in options_checked]:
+            options_checked.add(option)
+            # The recipe without this option: every key its file sets outside its own group must be in it.
+            others = [o for o in overrides if o != option] + (["~fault"] if _group(option) == "fault" else [])
+            base = compose("config", overrides=[*searchpath, *others])
+            problem = unknown_key_message(option, base, cfg, own=_group(option))
+            if problem:
+                return problem
+            if _group(option) == "sweep":
+                problem = sweep_problem(option, hydra_node.sweeper, cfg, config_dirs)
                 if problem:
                     return problem
+        problems = knob_problems(cfg) if sweeping else cell_problems([cfg])
+        if problems:
+            return "\n".join(problems)
     return None
+
+
+def sweep_problem(option: str, sweeper: DictConfig, cfg: DictConfig, config_dirs: list[Path]) -> str | None:
+    """What is wrong with the grid a sweep file lists: an unknown option of a group, or a key the recipe lacks.
+
+    A key given with `+` is declared new and left to Hydra.
+    """
+    lines = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    lines += [str(line) for variant in (sweeper.get("variants") or []) for line in variant]
+    lines += [f"fault={name}" for name in (sweeper.get("pairs") or [])]
+    parser = OverridesParser.create()
+    for line in lines:
+        try:
+            override = parser.parse_override(line)
+        except HydraException as error:
+            return f"{option} lists a malformed override {line!r}: {_one_line(error)}"
+        key = override.key_or_group
+        if key in GROUPS:
+            value = override.value()
+            if isinstance(value, Glob | RangeSweep):
+                continue
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(value)]
+            valid = group_options(key, config_dirs)
+            unknown = [o for v in values for o in (x.strip() for x in v.strip("[]").split(",")) if o not in valid]
+            if unknown:
+                return f"{option} lists unknown {key} {unknown[0]!r}; valid choices: {', '.join(valid)}"
+        elif (
+            not override.is_add()
+            and not key.startswith("hydra.")
+            and OmegaConf.select(cfg, key, default=_NONE) is _NONE
+        ):
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            near = get_close_matches(leaf, [str(k) for k in node], n=1) if isinstance(node, DictConfig) else []
+            hint = f"; did you mean {(parent + '.' if parent else '') + near[0]!r}?" if near else ""
+            return f"{option} sweeps {key!r}, which the recipe does not have{hint}"
+    return None
+
+
+_NONE = object()

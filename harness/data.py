@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
-BATCH_KINDS = ("indexed", "dataloader")
+from harness.checks import BATCH_KINDS, dataset_problem, load_dataset
 
 
 @dataclass
@@ -37,13 +36,12 @@ class Splits:
 
 def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
     """Load `(X, y)` from the dataset's callable and apply the recipe's data pipeline."""
-    loaded = instantiate(dataset_cfg.loader)
-    if not (isinstance(loaded, tuple | list) and len(loaded) == 2):
-        raise TypeError(f"dataset {dataset_cfg.name}: loader must return (X, y), got {type(loaded).__name__}")
-    features = np.asarray(loaded[0], dtype=np.float32)
-    _, labels = np.unique(np.asarray(loaded[1]), return_inverse=True)  # any label values -> 0..C-1
-    if features.ndim != 2 or len(features) != len(labels):
-        raise ValueError(f"dataset {dataset_cfg.name}: X must be 2-D with one row per label, got {features.shape}")
+    features, raw_labels = load_dataset(dataset_cfg)
+    # The sweep checked this before any cell ran; checked again here for a cell run any other way.
+    problem = dataset_problem(dataset_cfg.name, features, raw_labels, data_cfg.val_fraction)
+    if problem:
+        raise ValueError(problem)
+    _, labels = np.unique(raw_labels, return_inverse=True)  # any label values -> 0..C-1
     n_classes = int(labels.max()) + 1
 
     train, val = train_test_split(

@@ -10,27 +10,54 @@ either one already running at `address` or a local one started for the sweep. Ev
 records straight into the records folder, so on a cluster that folder must be one all machines share.
 """
 
+import signal
 import sys
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from harness.records import cell_id, record_status, remove_stale_temporaries, write_record
+from harness.records import (
+    QUARANTINE,
+    FolderScan,
+    cell_id,
+    cell_lock,
+    check_writable,
+    lock_path,
+    quarantine,
+    record_status,
+    remove_stale_locks,
+    remove_stale_temporaries,
+    scan_folder,
+    write_record,
+)
 
 
-def run_and_save(cfg: DictConfig) -> dict:
-    """Run one cell, write its record at once, and return a short outcome."""
-    from harness.cell import run_cell  # in the worker: the parent never pays for importing torch
+def run_and_save(cfg: DictConfig, recheck: bool = False) -> dict:
+    """Run one cell under its lock, write its record at once, and return a short outcome.
 
-    record = run_cell(cfg)
-    write_record(record, cfg.run.records)
+    If another process holds the cell's lock (a second sweep into the same folder), the cell is not run: the
+    outcome's status is "elsewhere". With `recheck`, a cell whose record says ok once the lock is taken is
+    not run either ("done"): the other sweep finished it after this sweep's parent looked.
+    """
+    key = cell_id(cfg)
+    with cell_lock(cfg.run.records, key) as held:
+        if not held:
+            reason = f"another process (a sweep into the same folder) holds its lock, {lock_path(cfg.run.records, key)}"
+            return {"cell_id": key, "status": "elsewhere", "wall_s": 0.0, "error": reason}
+        if recheck and is_done(cfg, key):
+            return {"cell_id": key, "status": "done", "wall_s": 0.0, "error": None}
+        from harness.cell import run_cell  # in the worker: the parent never pays for importing torch
+
+        record = run_cell(cfg)
+        write_record(record, cfg.run.records)
     return {name: record[name] for name in ("cell_id", "status", "wall_s", "error")}
 
 
@@ -66,7 +93,14 @@ def engine(backend: str, n_jobs: int, address: str | None = None) -> Iterator[Pa
     cluster = None
     if address is None:
         workers = effective_n_jobs(n_jobs)
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        # Its processes ignore Ctrl-C (they inherit that): Ctrl-C in a terminal reaches the whole process group,
+        # and a Dask worker that gets it tears itself down under a running cell, printing tracebacks and
+        # failing the cell. Here only this process takes it, and closing the cluster below stops them.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        finally:
+            signal.signal(signal.SIGINT, previous)
     try:
         with Client(address or cluster), parallel_config(backend="dask"):
             # joblib 1.6 fails on Parallel(backend="dask") given as a name; inside parallel_config it works.
@@ -75,6 +109,25 @@ def engine(backend: str, n_jobs: int, address: str | None = None) -> Iterator[Pa
     finally:
         if cluster is not None:
             cluster.close()
+
+
+class RecordsFolderError(Exception):
+    """A records folder that cannot be written: found before any cell runs."""
+
+
+@dataclass
+class _Sweep:
+    """What a sweep has done so far: kept up to date while it runs, so that Ctrl-C still finds it."""
+
+    cells: Sequence[DictConfig] | None = None  # None until the grid is composed
+    counts: Counter = field(default_factory=Counter)
+    problems: list[dict] = field(default_factory=list)  # outcomes of the cells that failed or were skipped
+    elsewhere: list[str] = field(default_factory=list)  # cells another sweep holds the lock of
+    folders: list[str] = field(default_factory=list)
+    scans: dict[str, FolderScan] = field(default_factory=dict)  # folder -> what it held when the sweep began
+    written: dict[str, set[str]] = field(default_factory=dict)  # folder -> names of the records this sweep wrote
+    moved: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> quarantined name -> why
+    overwritten: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> bad file of a cell to run
 
 
 def run_cells(
@@ -87,70 +140,179 @@ def run_cells(
     """Run every cell not done yet on `n_jobs` joblib workers; print progress and a summary.
 
     `cells` may be a function that composes them: it is then called while the workers start up.
-    Returns the count of outcomes by status: ok, failed, skipped (device missing), done (not rerun) and
-    duplicate (a cell whose recipe another job of this sweep already has).
+    Returns the count of outcomes by status: ok, failed, skipped (device missing), done (not rerun),
+    duplicate (a cell whose recipe another job of this sweep already has) and elsewhere (another sweep holds
+    the cell's lock); "interrupted" is 1 after Ctrl-C, which ends the sweep with its summary all the same.
+    A records folder that cannot be written prints one line and raises SystemExit(2) before any cell runs.
     """
     started = time.perf_counter()
-    with warnings.catch_warnings(), engine(backend, n_jobs, address) as parallel:
-        # When every cell is done already, the workers' warm-up is dropped unfinished: joblib warns about it.
-        warnings.filterwarnings("ignore", message=r".*tasks which were still being processed", category=UserWarning)
-        # Loky's fresh processes import torch before the first cell arrives; Dask workers import on first use.
-        warming = (
-            parallel(delayed(warm_worker)() for _ in range(effective_n_jobs(n_jobs))) if backend != "dask" else None
-        )
-        cells = cells() if callable(cells) else cells
-        counts, problems, folders = _run(cells, parallel, warming, out)
-    wall = time.perf_counter() - started
-    ran = counts["ok"] + counts["failed"]
-    print(
-        f"sweep: {len(cells)} cells in {wall:.1f} s: ran {ran} (ok {counts['ok']}, failed {counts['failed']}), "
-        f"already done {counts['done']}, skipped {counts['skipped']}"
-        + (f", duplicates {counts['duplicate']}" if counts["duplicate"] else ""),
-        file=out,
-    )
-    for outcome in sorted(problems, key=lambda o: o["cell_id"]):
-        print(f"  {outcome['status']} {outcome['cell_id']}: {outcome['error']}", file=out)
-    for folder in folders:
-        print(f"records: {folder}  (pandas.read_parquet({folder!r}))", file=out)
-    return counts
+    sweep = _Sweep()
+    try:
+        with warnings.catch_warnings(), engine(backend, n_jobs, address) as parallel:
+            # When every cell is done already, the workers' warm-up is dropped unfinished: joblib warns about it.
+            warnings.filterwarnings("ignore", message=r".*tasks which were still being processed", category=UserWarning)
+            # Loky's fresh processes import torch before the first cell arrives; Dask workers import on first use.
+            warming = (
+                parallel(delayed(warm_worker)() for _ in range(effective_n_jobs(n_jobs))) if backend != "dask" else None
+            )
+            try:
+                _run(cells() if callable(cells) else cells, parallel, warming, out, sweep)
+            finally:
+                if warming is not None:
+                    warming.close()  # unfinished (nothing to run, or an error): leaving it open waits for it
+    except KeyboardInterrupt:
+        # Leaving the `with` above has stopped the workers; the records they finished are on disk.
+        sweep.counts["interrupted"] = 1
+    except RecordsFolderError as error:
+        print(f"error: {error}", file=out)
+        raise SystemExit(2) from None
+    _summarize(sweep, time.perf_counter() - started, out)
+    return sweep.counts
 
 
-def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out) -> tuple[Counter, list[dict], list[str]]:
-    counts: Counter = Counter()
-    todo, seen = [], set()
+def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out, sweep: _Sweep) -> None:
+    sweep.cells = cells
+    sweep.folders = folders = sorted({str(cfg.run.records) for cfg in cells})
+    sweep.scans = scans = {folder: scan_folder(folder) for folder in folders}
+    sweep.written = {folder: set() for folder in folders}
+    counts = sweep.counts
+    todo, seen, keys, folder_of = [], set(), {folder: set() for folder in folders}, {}
     for cfg in cells:
-        key = cell_id(cfg)
+        key, folder = cell_id(cfg), str(cfg.run.records)
         if key in seen:
             counts["duplicate"] += 1
-        elif is_done(cfg, key):
+        elif f"{key}.parquet" not in scans[folder].foreign and is_done(cfg, key):
             counts["done"] += 1
         else:
             todo.append(cfg)
+            keys[folder].add(key)
+            folder_of[key] = folder
         seen.add(key)
-    folders = sorted({str(cfg.run.records) for cfg in cells})
+    asked = {str(cfg.run.records) for cfg in cells if cfg.run.get("quarantine", False)}
+    # Only a folder something is written into must be writable: a sweep over a finished, read-only archive
+    # just reports it. Checked here, in the parent, before any worker gets a cell.
+    writing = {str(cfg.run.records) for cfg in todo} | {f for f in asked if scans[f].foreign}
+    for folder in sorted(writing):
+        reason = check_writable(folder)
+        if reason:
+            raise RecordsFolderError(f"records folder {folder} cannot be written: {reason}")
+    for folder in folders:
+        foreign = scans[folder].foreign
+        moved = quarantine(folder, list(foreign)) if folder in asked and foreign else []
+        sweep.moved[folder] = {name: foreign[name] for name in moved}
+        # A bad file named after a cell of this grid is simply replaced when that cell runs.
+        sweep.overwritten[folder] = {
+            name: why for name, why in foreign.items() if name not in moved and name[: -len(".parquet")] in keys[folder]
+        }
     _clear_temporaries(folders)
 
-    problems = []
     if not todo:  # nothing to run: no need to wait for the workers' warm-up
-        if warming is not None:
-            warming.close()
-        return counts, problems, folders
+        return
     if warming is not None:
         list(warming)  # one Parallel call at a time: the warm-up has to be finished before the cells go out
     with tqdm(total=len(todo), unit="cell", desc="cells", file=out, dynamic_ncols=True, mininterval=1) as bar:
-        if todo:
-            for outcome in parallel(delayed(run_and_save)(cfg) for cfg in todo):
+        outcomes = parallel(delayed(run_and_save)(cfg, recheck=True) for cfg in todo)
+        try:
+            for outcome in outcomes:
                 counts[outcome["status"]] += 1
-                if outcome["status"] != "ok":
-                    problems.append(outcome)
+                if outcome["status"] in ("ok", "failed", "skipped"):  # a record written: whole, by construction
+                    sweep.written[folder_of[outcome["cell_id"]]].add(f"{outcome['cell_id']}.parquet")
+                if outcome["status"] == "elsewhere":
+                    sweep.elsewhere.append(outcome["cell_id"])
+                elif outcome["status"] not in ("ok", "done"):
+                    sweep.problems.append(outcome)
                     bar.set_postfix(failed=counts["failed"], skipped=counts["skipped"], refresh=False)
                 bar.update()
+        finally:
+            outcomes.close()  # on Ctrl-C in this loop: joblib stops the workers when its generator is closed
     _clear_temporaries(folders)  # again at the end: a writer killed just before this sweep began is surely gone now
-    return counts, problems, folders
+
+
+def _summarize(sweep: _Sweep, wall: float, out) -> None:
+    """The summary: one line of counts, the cells that did not run ok, and per folder how to read it."""
+    counts, interrupted = sweep.counts, bool(sweep.counts["interrupted"])
+    if sweep.cells is None:
+        print("interrupted while composing the grid: no cell ran", file=out)
+        return
+    ran = counts["ok"] + counts["failed"]
+    print(
+        f"sweep{' (interrupted)' if interrupted else ''}: {len(sweep.cells)} cells in {wall:.1f} s: "
+        f"ran {ran} (ok {counts['ok']}, failed {counts['failed']}), "
+        f"already done {counts['done']}, skipped {counts['skipped']}"
+        + (f", running elsewhere {counts['elsewhere']}" if counts["elsewhere"] else "")
+        + (f", duplicates {counts['duplicate']}" if counts["duplicate"] else ""),
+        file=out,
+    )
+    for outcome in sorted(sweep.problems, key=lambda o: o["cell_id"]):
+        print(f"  {outcome['status']} {outcome['cell_id']}: {outcome['error']}", file=out)
+    if sweep.elsewhere:  # a count and a few names: two sweeps of the zoo share hundreds of cells
+        names, one = sorted(sweep.elsewhere), len(sweep.elsewhere) == 1
+        print(
+            f"  running elsewhere: {len(names)} cell{'' if one else 's'} ({', '.join(names[:3])}"
+            f"{', ...' if len(names) > 3 else ''}) {'is' if one else 'are'} being run by another sweep into the same "
+            f"folder, which holds {'its lock' if one else 'their locks'}; run this command again once it is done to "
+            "check them",
+            file=out,
+        )
+    for folder in sweep.folders:
+        _summarize_folder(folder, sweep, out)
+    if interrupted:
+        total, kept = set(), 0
+        for cfg in sweep.cells:
+            key = cell_id(cfg)
+            if key not in total:
+                total.add(key)
+                kept += record_status(cfg.run.records, key) == "ok"
+        again = (
+            "run it again without run.force=true to resume"
+            if any(cfg.run.force for cfg in sweep.cells)
+            else "run the same command again to resume"
+        )
+        print(f"interrupted: {kept} of {len(total)} cells finished and are kept; {again}", file=out)
+
+
+def _summarize_folder(folder: str, sweep: _Sweep, out) -> None:
+    """How to read a records folder, and what in it is not a record: named, moved aside, or replaced."""
+    moved, overwritten = sweep.moved.get(folder, {}), sweep.overwritten.get(folder, {})
+    # Scanned again, as it is now (the sweep replaced some bad files), reading only what it has not seen whole.
+    first = sweep.scans.get(folder)
+    scan = scan_folder(folder, trusted={*(first.records if first else ()), *sweep.written.get(folder, ())})
+    rewritten = {name: why for name, why in overwritten.items() if name not in scan.foreign}
+    if not scan.foreign and not scan.older:
+        print(f"records: {folder}  (pandas.read_parquet({folder!r}))", file=out)
+    else:
+        # pandas reads every file there and fails on (or mixes in) what is not a record of this schema;
+        # the project's loader skips those with a warning. Printed as text: harness never imports analysis.
+        print(
+            f"records: {folder}  (analysis.load.load_records({folder!r}); pandas.read_parquet would fail on or "
+            "mix in the files named below)",
+            file=out,
+        )
+    if moved:
+        print(f"  moved to {Path(folder) / QUARANTINE}: {_names(moved)}", file=out)
+    if rewritten:
+        print(f"  rewritten (cells of this grid, run again): {_names(rewritten)}", file=out)
+    if scan.foreign:
+        print(
+            f"  not records: {_names(scan.foreign)}; run.quarantine=true moves them to {Path(folder) / QUARANTINE}",
+            file=out,
+        )
+    if scan.older:
+        print(f"  other schema version: {_names(scan.older)}; a sweep of their grid measures them again", file=out)
+
+
+def _names(files: dict[str, str] | list[str], shown: int = 3) -> str:
+    """`N files: a (why), b (why), ...`: the count and the first few names, with why when known."""
+    whys = files if isinstance(files, dict) else dict.fromkeys(files)
+    listed = ", ".join(name + (f" ({why})" if why else "") for name, why in list(whys.items())[:shown])
+    return f"{len(whys)} file{'s' if len(whys) != 1 else ''}: {listed}{', ...' if len(whys) > shown else ''}"
 
 
 def _clear_temporaries(folders: list[str]) -> None:
-    """Delete what killed writers left in the records folders."""
+    """Delete what killed writers left in the records folders: temporary files and the lock files of cells."""
     for folder in folders:
         if Path(folder).is_dir():
-            remove_stale_temporaries(folder)
+            # A folder this sweep cannot write (it has nothing to run there) keeps them: readers skip them anyway.
+            with suppress(OSError):
+                remove_stale_temporaries(folder)
+                remove_stale_locks(folder)

@@ -53,15 +53,17 @@ def test_smoke_sweep_end_to_end_then_resume_then_force(records):
 @pytest.mark.parametrize(
     "how", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGKILL], ids=["ctrl-c", "crash"]
 )
-def test_an_interrupted_sweep_loses_nothing_and_resumes(records, how):
+def test_an_interrupted_sweep_loses_nothing_and_resumes(records, how, tmp_path):
     grid = ["+sweep=smoke", f"run.records={records}", "seed=range(4)", "loop.steps=400"]  # 16 cells of about 0.5 s
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness", *grid],
-        cwd=ROOT,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "harness", *grid],
+            cwd=ROOT,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     deadline = time.time() + 120
     while len(list(records.glob("*.parquet"))) < 3 and time.time() < deadline:
         time.sleep(0.05)
@@ -76,6 +78,14 @@ def test_an_interrupted_sweep_loses_nothing_and_resumes(records, how):
     before = mtimes(records)
     assert 3 <= len(before) < 16, "interrupt the sweep while it runs"
     assert len(pd.read_parquet(records)) == len(before)  # every file there is a whole record
+    if how == signal.SIGINT:  # Ctrl-C: the summary of what finished, how to resume, and the shell's status
+        output = log.read_text()
+        assert process.returncode == 130, output
+        assert "sweep (interrupted): 16 cells in " in output and "Traceback" not in output
+        resume = "run the same command again to resume"
+        assert f"interrupted: {len(before)} of 16 cells finished and are kept; {resume}" in output
+    else:
+        assert process.returncode == -signal.SIGKILL
 
     resumed = run_entry(*grid)
     assert resumed.returncode == 0, resumed.stderr

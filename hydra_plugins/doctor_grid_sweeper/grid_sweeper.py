@@ -28,6 +28,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from harness.checks import cell_problems
 from harness.cli import unknown_key_message
 
 
@@ -62,6 +63,7 @@ class GridSweeper(Sweeper):
         self.pairs = list(pairs or [])
         self.variants = [list(v) for v in variants or []]
         self._fault_files: dict[str, DictConfig | None] = {}  # fault option -> its content (None: not plain)
+        self._checked: set[str] = set()  # dataset choices whose keys were checked
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -79,7 +81,7 @@ class GridSweeper(Sweeper):
         for variant in self.variants or [[]]:
             jobs += BasicSweeper.split_arguments(parser.parse_overrides(lines + variant), None)[0]
         composed: dict[tuple[str, ...], DictConfig] = {}
-        cells = []
+        cells, plains = [], []
         for job in jobs:
             overrides = parser.parse_overrides(list(job))
             groups = tuple(
@@ -89,10 +91,19 @@ class GridSweeper(Sweeper):
             )
             values = [o for o in overrides if o.input_line not in groups]
             if groups not in composed:
+                for group in groups:
+                    self._check_global_keys(group)
                 composed[groups] = self._compose(list(groups), composed)
             cfg = copy.deepcopy(composed[groups])
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)  # exactly what Hydra does after composing
-            cells.append(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+            plain = OmegaConf.to_container(cfg, resolve=True)
+            plains.append(plain)
+            cells.append(OmegaConf.create(plain))
+        problems = cell_problems(plains)  # knobs out of range, datasets that cannot be split: before any cell runs
+        if problems:
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
         return cells
 
     def _compose(self, groups: list[str], cache: dict) -> DictConfig:
@@ -125,6 +136,27 @@ class GridSweeper(Sweeper):
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)  # before any cell runs, like every other bad input
         return application
+
+    def _check_global_keys(self, choice: str) -> None:
+        """Exit 2 if a `_global_` dataset file of the grid sets a key the recipe lacks (a misspelled knob).
+
+        Fault files are checked against the composed recipe in `_compose`, sweep files and the command line by
+        `harness.cli` before the sweep starts; a dataset named only in a sweep file's grid is checked here.
+        """
+        group, _, name = choice.lstrip("+").partition("=")
+        if group != "dataset" or choice in self._checked:
+            return
+        self._checked.add(choice)
+        result = self.hydra_context.config_loader.repository.load_config(config_path=f"dataset/{name}")
+        if result is None or result.header.get("package") != "_global_":
+            return  # a file in its own package (`dataset:`) may hold any keys: they are the dataset's own
+        body = OmegaConf.masked_copy(result.config, [k for k in result.config if k not in ("defaults", "hydra")])
+        base = OmegaConf.masked_copy(self.config, [k for k in self.config if k != "hydra"])
+        merged = OmegaConf.merge(base, body)
+        problem = unknown_key_message(choice, base, merged, own="dataset")
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
 
     def _fault_file(self, name: str) -> DictConfig | None:
         """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None."""
@@ -169,9 +201,12 @@ class GridSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from harness.sweep import run_cells
 
+        # run_cells itself exits with 2 for a records folder it cannot write, before any cell runs.
         counts = run_cells(
             lambda: self.compose_cells(arguments), n_jobs=self.n_jobs, backend=self.backend, address=self.address
         )
+        if counts["interrupted"]:
+            raise SystemExit(130)  # Ctrl-C, as a shell reports it; the summary above says how to resume
         if counts["failed"]:
             raise SystemExit(1)  # the summary above names the failed cells
         return counts

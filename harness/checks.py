@@ -1,0 +1,199 @@
+"""Checks of a recipe before anything trains: every knob in its range, every dataset fit to be split and batched.
+
+A knob out of range (`loop.steps=0`, `data.val_fraction=1.5`) or a dataset that cannot make a classification
+problem (one class, NaN features, a class with a single example) would otherwise reach the cells: at best every
+cell fails with the same error, at worst a cell is recorded `ok` with numbers that mean nothing (one class: a
+first loss of 0 and validation accuracy 1.0, which the rules then call `lr_too_low`). The grid sweeper checks every
+cell of a sweep here before the first one runs, the command line checks a single cell, and `harness.data` checks
+each dataset again when a cell loads it. Each problem is one line naming the key or the dataset and what is valid.
+
+No torch here: the sweep's parent process runs these checks and never imports torch.
+"""
+
+import json
+import math
+from collections.abc import Callable, Iterable
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+BATCH_KINDS = ("indexed", "dataloader")
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int_at_least(low: int) -> tuple[Callable, str]:
+    return (lambda v: _integer(v) and v >= low), f"an integer >= {low}"
+
+
+def _between(low: float, high: float, low_open: bool, high_open: bool) -> tuple[Callable, str]:
+    def ok(v) -> bool:
+        return _number(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+    return ok, f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+_BOOL = ((lambda v: isinstance(v, bool)), "true or false")
+_POSITIVE = ((lambda v: _number(v) and v > 0), "a finite number > 0")
+_NON_NEGATIVE = ((lambda v: _number(v) and v >= 0), "a finite number >= 0")
+_POSITIVE_INTS = ((lambda v: isinstance(v, list) and all(_integer(i) and i >= 1 for i in v)), "a list of integers >= 1")
+
+# Every numeric or boolean knob of conf/config.yaml (and the model knobs every family shares), with what is valid.
+# A key a recipe does not have (a model family without `dropout`) is not checked.
+KNOBS: dict[str, tuple[Callable, str]] = {
+    "seed": (_integer, "an integer"),
+    "data.val_fraction": _between(0, 1, True, True),
+    "data.standardize": _BOOL,
+    "data.input_scale": _POSITIVE,
+    "data.shuffle_labels": _BOOL,
+    "data.label_shift": (_integer, "an integer"),
+    "data.label_noise": _between(0, 1, False, False),
+    "data.train_share": _between(0, 1, True, False),
+    "data.minority_share": _between(0, 1, True, False),
+    "data.batch_size": _int_at_least(1),
+    "data.batches": ((lambda v: v in BATCH_KINDS), " or ".join(BATCH_KINDS)),
+    "data.batch_latency": _NON_NEGATIVE,
+    "data.bad_batch_every": _int_at_least(0),
+    "loop.steps": _int_at_least(1),
+    "loop.eval_every": _int_at_least(1),
+    "loop.lr_scale": _POSITIVE,
+    "loop.zero_grad_every": _int_at_least(0),
+    "loop.train_mode": _BOOL,
+    "loop.eval_mode": _BOOL,
+    "loop.census_every": _int_at_least(1),
+    "loop.budgets": _POSITIVE_INTS,
+    "loop.timing_warmup": _int_at_least(0),
+    "memorize.examples": _int_at_least(1),
+    "memorize.steps": _int_at_least(0),
+    "memorize.rates": ((lambda v: isinstance(v, list) and all(_number(r) and r > 0 for r in v)), "a list of rates > 0"),
+    "run.threads": _int_at_least(0),
+    "run.time_limit_s": _POSITIVE,
+    "run.force": _BOOL,
+    "model.hidden": _POSITIVE_INTS,
+    "model.dropout": _between(0, 1, False, True),
+    "model.init_gain": _POSITIVE,
+    "model.output": ((lambda v: v in ("logits", "softmax")), "logits or softmax"),
+    "model.activation": ((lambda v: v in ("relu", "tanh", "sigmoid")), "relu, tanh or sigmoid"),
+}
+
+
+def knob_problems(cfg: DictConfig | dict) -> list[str]:
+    """One line per knob of `cfg` that is out of its range, e.g. `loop.steps=0: must be an integer >= 1`."""
+    values = _plain(cfg)
+    problems = []
+    for key, (valid, what) in KNOBS.items():
+        value = _select(values, key)
+        if value is not _ABSENT and not valid(value):
+            problems.append(f"{key}={value!r} is out of range: it must be {what}")
+    return problems
+
+
+_ABSENT = object()
+
+
+def _plain(cfg: DictConfig | dict) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+
+
+def _select(values: dict, key: str):
+    """`values["a"]["b"]` for key "a.b", or _ABSENT."""
+    for part in key.split("."):
+        if not isinstance(values, dict) or part not in values:
+            return _ABSENT
+        values = values[part]
+    return values
+
+
+def dataset_problem(name: str, features: np.ndarray, labels: np.ndarray, val_fraction: float) -> str | None:
+    """What keeps `(features, labels)` from being split into a classification problem; None if nothing does.
+
+    At least two classes; finite features, one row per label; at least two examples of every class (the split is
+    stratified) and, on each side of the split, at least one example per class.
+    """
+    if features.ndim != 2 or len(features) != len(labels):
+        return f"dataset {name}: X must be 2-D with one row per label, got X {features.shape} and {len(labels)} labels"
+    bad = ~np.isfinite(features)
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        return (
+            f"dataset {name}: {int(bad.sum())} feature values are NaN or infinite (the first at row {row}, "
+            f"column {column}); clean or impute them in the loader"
+        )
+    classes, counts = np.unique(labels, return_counts=True)
+    if len(classes) < 2:
+        only = f" ({classes[0].item()!r} only)" if len(classes) else ""
+        return f"dataset {name} has {len(classes)} class{only}: a classifier needs at least two"
+    if counts.min() < 2:
+        rare = classes[counts.argmin()].item()
+        return (
+            f"dataset {name}: class {rare!r} has {counts.min()} example; the stratified split needs at least 2 of "
+            "every class"
+        )
+    n_val = math.ceil(val_fraction * len(labels))  # what scikit-learn's train_test_split takes for a float test_size
+    n_train = len(labels) - n_val
+    if min(n_val, n_train) < len(classes):
+        return (
+            f"dataset {name}: {len(labels)} examples split {n_train} train / {n_val} validation "
+            f"(data.val_fraction={val_fraction:g}), fewer than its {len(classes)} classes on one side"
+        )
+    return None
+
+
+_LOADED: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}  # the loader's spec as YAML -> its data, or why not
+
+
+def load_dataset(dataset_cfg: DictConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`(features, labels)` from the dataset's loader: labels as given, features as float32. Errors as ValueError."""
+    try:
+        loaded = instantiate(dataset_cfg.loader)
+    except Exception as error:  # whatever the user's loader raises, said in one line (re-raised)
+        cause = error.__cause__ or error  # Hydra wraps the loader's own exception in a multi-line one
+        what = " ".join(str(cause).split())
+        raise ValueError(f"dataset {dataset_cfg.name}: its loader raised {type(cause).__name__}: {what}") from error
+    if not (isinstance(loaded, tuple | list) and len(loaded) == 2):
+        raise ValueError(f"dataset {dataset_cfg.name}: loader must return (X, y), got {type(loaded).__name__}")
+    try:
+        features = np.asarray(loaded[0], dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"dataset {dataset_cfg.name}: X is not numeric ({error})") from None
+    return features, np.asarray(loaded[1])
+
+
+def cell_problems(cells: Iterable[DictConfig | dict]) -> list[str]:
+    """Every distinct problem of these resolved cells: knobs out of range, then datasets that cannot be split.
+
+    Cells may be plain dicts (the grid sweeper has them: a thousand cells check in a few tens of milliseconds).
+    Each dataset is loaded once per loader spec (the zoo's hundreds of cells share thirteen).
+    """
+    problems: dict[str, None] = {}  # an ordered set: one line per distinct problem, however many cells share it
+    split_checked: set[tuple[str, float]] = set()
+    for cell in cells:
+        values = _plain(cell)
+        for problem in knob_problems(values):
+            problems[problem] = None
+        dataset = values.get("dataset")
+        if not isinstance(dataset, dict) or "loader" not in dataset:
+            continue
+        key = json.dumps(dataset, sort_keys=True, default=str)
+        if key not in _LOADED:
+            try:
+                _LOADED[key] = load_dataset(OmegaConf.create(dataset))
+            except ValueError as error:  # load_dataset says in one line whatever the loader raised
+                _LOADED[key] = str(error)
+        loaded = _LOADED[key]
+        fraction = _select(values, "data.val_fraction")
+        if isinstance(loaded, str):
+            problems[loaded] = None
+        elif _number(fraction) and 0 < fraction < 1 and (key, fraction) not in split_checked:
+            split_checked.add((key, fraction))
+            problem = dataset_problem(dataset.get("name", "?"), *loaded, fraction)
+            if problem:
+                problems[problem] = None
+    return list(problems)
