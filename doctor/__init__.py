@@ -3,6 +3,6 @@
 from doctor import Doctor, probe
 """
 
-from doctor.core import Doctor, Report, UnsupportedTask, probe
+from doctor.core import CannotJudge, Doctor, Report, UnsupportedTask, probe
 
-__all__ = ["Doctor", "Report", "UnsupportedTask", "probe"]
+__all__ = ["CannotJudge", "Doctor", "Report", "UnsupportedTask", "probe"]

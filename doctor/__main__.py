@@ -1,16 +1,76 @@
 """Command line: `python -m doctor RECIPE.py` runs a recipe under the doctor and prints its report.
 
 Options: --json FILE writes the report machine-readable; --probe runs the doctor's own loop even when the recipe
-has a train(Doctor) loop; --steps N sets the probe's length. Exit status: 0 healthy, 1 a fault named, 2 refused.
+has a train(Doctor) loop; --steps N sets the probe's length.
+
+Exit status:
+  0  healthy: no rule fired
+  1  a fault was named: the verdict (the report's first line) is not healthy; a NaN or inf training loss is
+     the verdict nonfinite_loss
+  2  the doctor cannot judge this run, said in one line `error: ...`: the recipe file is missing or lacks a
+     required name, the batches are not (inputs, targets) pairs of tensors (dict batches, several inputs),
+     the model's forward takes several inputs, the task is not classification, or the doctor saw no batch
+  3  the recipe's own code raised an exception (a syntax error, an error in its model, loss or data code):
+     its traceback is printed on standard error, from the recipe's own frames where there are any (a
+     traceback through the doctor's frames alone is a bug in the doctor: please report it)
 """
 
 import argparse
 import json
+import os
 import sys
+import sysconfig
+import traceback
+from pathlib import Path
+from types import TracebackType
 
-from doctor.core import UnsupportedTask
+from doctor.core import CannotJudge
 from doctor.recipe import __doc__ as RECIPE_HELP
 from doctor.recipe import load, run
+
+HEALTHY, FAULT, CANNOT_JUDGE, USER_ERROR = 0, 1, 2, 3
+
+PROJECT = Path(__file__).resolve().parent.parent
+_OURS = tuple(str(PROJECT / package) + os.sep for package in ("doctor", "harness", "analysis"))
+_LIBRARIES = tuple(
+    {str(Path(sysconfig.get_paths()[key]).resolve()) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+
+
+def _is_users(filename: str) -> bool:
+    """A frame in the user's own code: not the doctor's packages, the standard library or an installed package."""
+    if filename.startswith("<"):  # <frozen importlib._bootstrap> and the like
+        return False
+    path = str(Path(filename).resolve())
+    return not path.startswith(_OURS) and not path.startswith(_LIBRARIES)
+
+
+def _users_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the first frame of the user's code.
+
+    Else from the first frame outside the doctor's packages; else all of it (the doctor's frames are all there is).
+    """
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    for keep in (
+        lambda t: _is_users(t.tb_frame.f_code.co_filename),
+        lambda t: not str(Path(t.tb_frame.f_code.co_filename).resolve()).startswith(_OURS),
+    ):
+        start = next((t for t in frames if keep(t)), None)
+        if start is not None:
+            return start
+    return frames[0] if frames else None
+
+
+def report_users_error(error: BaseException) -> None:
+    """The exception the recipe's own code raised, with its traceback, on standard error."""
+    print("the recipe's own code raised an exception; the doctor judged nothing (exit status 3):", file=sys.stderr)
+    tb = error.__traceback__
+    # A syntax error is raised by the compiler, below the doctor's frames: its message names the file and line.
+    start = None if isinstance(error, SyntaxError) else _users_traceback(tb)
+    print("".join(traceback.format_exception(type(error), error, start)), end="", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = run(load(args.recipe), force_probe=args.probe, steps=args.steps)
-    except (UnsupportedTask, FileNotFoundError, AttributeError) as error:
+    except CannotJudge as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return CANNOT_JUDGE
+    except Exception as error:  # noqa: BLE001 - anything else was raised by the recipe's code (or through it)
+        report_users_error(error)
+        return USER_ERROR
     if args.json == "-":
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -37,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w") as sink:
                 json.dump(report.to_dict(), sink, indent=2)
-    return 0 if report.verdict == "healthy" else 1
+    return HEALTHY if report.verdict == "healthy" else FAULT
 
 
 if __name__ == "__main__":

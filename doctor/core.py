@@ -14,27 +14,42 @@ or `probe(...)` with a recipe (model factory, batches, loss, optimizer factory) 
 The measurements come from harness.instruments and harness.reference (the very code the grid's cells use), as
 one plain mapping with the keys of a grid record; analysis.features turns it into the features and
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
-Nothing here knows what fault, if any, is planted.
+A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py). Nothing here knows
+what fault, if any, is planted.
+
+What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does not
+cover): batches must be (inputs, targets) pairs of tensors, the model called as model(inputs), the task
+classification with (batch, C) logits. Exceptions raised by the user's own model, loss or data code pass through
+unchanged.
 """
 
+import inspect
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
 
 from analysis.features import FEATURES, features
-from analysis.rules import RULES, Finding, diagnose, load_thresholds
+from analysis.rules import HEALTHY, RULES, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
+from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, example_rows, memorize
 from harness.reference import reference_fit
 
 
-class UnsupportedTask(ValueError):
-    """The run is not classification with C classes: the doctor's rules would give a wrong verdict."""
+class CannotJudge(Exception):
+    """The doctor cannot judge this run (the command line's exit status 2); the message says why, in one line."""
+
+
+class UnsupportedTask(CannotJudge, ValueError):
+    """The batches, model or task are not the ones the doctor covers: its rules would give a wrong verdict."""
+
+
+PAIRS = "the doctor supports batches that are (inputs, targets) pairs of tensors"
 
 
 class Doctor:
@@ -57,10 +72,13 @@ class Doctor:
         self.memorize_steps = memorize_steps  # per rate, on a fresh model from model_factory (3 rates)
         self.validation, self.model_factory = validation, model_factory
         self.instruments = Instruments(model, optimizer, loss_fn, census_every)
+        self.nonfinite = NonFiniteWatch(model, self.instruments.named_params)
         self.recent: deque = deque(maxlen=keep_batches)  # training batches kept to measure training accuracy
         self.n_classes: int | None = None
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
+        self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
+        self.memorized_on = 0  # examples memorization fitted
         self._report = None
 
     def __iter__(self) -> Iterator:
@@ -71,18 +89,20 @@ class Doctor:
         return self.watch(self.batches)
 
     def watch(self, batches: Iterable) -> Iterator:
-        """Yield the batches, timing the wait for each; the first one is checked for a supported task."""
-        for batch in self.instruments.watch(batches):
+        """Yield the batches, timing the wait for each; each is checked for its shape, the first for the task."""
+        for batch in self.instruments.watch(checked(batches, "training")):
             if self.n_classes is None:
                 self.n_classes = check_classification(self.model, batch)
                 if self.validation is not None:
-                    self.val_start = evaluate(self.model, self.loss_fn, self.validation)
+                    self.val_start = evaluate(self.model, self.loss_fn, checked(self.validation, "validation"))
             self.recent.append(batch)
             yield batch
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
         self.instruments.after_backward(loss)
+        batch = self.recent[-1] if self.recent else None
+        self.nonfinite.after_backward(self.instruments.step, loss, batch, self.instruments)
 
     @property
     def steps(self) -> int:
@@ -91,11 +111,17 @@ class Doctor:
     def measurements(self) -> dict:
         """Everything measured, keyed like the grid's record columns (NaN where it could not be measured)."""
         if self.n_classes is None:
-            raise RuntimeError("the doctor saw no batch: wrap the loop's batches with the doctor first")
+            raise CannotJudge("the doctor saw no batch: wrap the loop's batches with the doctor (doctor.watch(loader))")
+        if self.instruments.step < 0:
+            raise CannotJudge(
+                "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
+            )
         measured = self.instruments.finish()
         train_loss, train_acc = evaluate(self.model, self.loss_fn, list(self.recent))
         val_loss, val_acc = (
-            evaluate(self.model, self.loss_fn, self.validation) if self.validation is not None else (math.nan, math.nan)
+            evaluate(self.model, self.loss_fn, checked(self.validation, "validation"))
+            if self.validation is not None
+            else (math.nan, math.nan)
         )
         memorized = {
             "memorize_rates": [],
@@ -105,11 +131,22 @@ class Doctor:
         }
         if self.model_factory is not None and self.instruments.probe is not None:
             x, y = self.recent[0][0][:16], self.recent[0][1][:16]
+            if x.is_floating_point():  # NaN or inf examples cannot be fitted: leave them out, say so if none is left
+                finite = torch.isfinite(x.reshape(len(x), -1)).all(dim=1)
+                x, y = x[finite], y[finite]
             device = next(self.model.parameters()).device
             x, y = x.to(device), y.to(device)
-            memorized = memorize(self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps)
+            self.memorized_on = len(y)
+            if len(y):
+                memorized = memorize(self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps)
+            else:
+                self.unmemorized = "every example it would fit holds NaN or inf"
         kept = self.instruments.kept_examples()
-        held = _examples(self.validation, self.instruments.keep_examples) if self.validation is not None else None
+        held = (
+            _examples(checked(self.validation, "validation"), self.instruments.keep_examples)
+            if self.validation is not None
+            else None
+        )
         reference = reference_fit(*kept, *(held or (None, None))) if kept is not None else {}
         return {
             **measured,
@@ -128,11 +165,39 @@ class Doctor:
         if self._report is None:
             measured = self.measurements()
             thresholds = load_thresholds(self.steps) if thresholds is None else thresholds
-            findings = diagnose(measured, RULES, thresholds)
+            findings, note = diagnose(measured, RULES, thresholds), None
+            origin = self.nonfinite.origin
+            if origin is not None:
+                # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where
+                # their measurements can still mean something.
+                evidence = self.nonfinite.evidence(self.steps, measured["nonfinite_losses"])
+                first = Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)
+                fitted = [f for f in findings if f.verdict != HEALTHY]
+                if origin.from_the_start:
+                    note = (
+                        f"no fitted rule was judged: the {origin.what.split()[0]} were non-finite from the first step,"
+                        " and every measurement the rules read saw them"
+                    )
+                    fitted = []
+                else:
+                    fitted = [f for f in fitted if f.verdict not in READS_TRAINED_ACCURACY]
+                    note = "not judged on a non-finite run, as they read the trained model's accuracy: " + ", ".join(
+                        READS_TRAINED_ACCURACY
+                    )
+                findings = [first, *fitted]
             device = next(self.model.parameters()).device
             starved = thresholds["starved_loader"]
-            checklist = bigger_machine(measured, findings, self.val_start, device, self.error, starved)
-            self._report = Report(findings, checklist, self.steps, measured, features(measured))
+            checklist = bigger_machine(
+                measured,
+                findings,
+                self.val_start,
+                device,
+                self.error,
+                starved,
+                unmemorized=self.unmemorized,
+                memorized_on=self.memorized_on,
+            )
+            self._report = Report(findings, checklist, self.steps, measured, features(measured), note)
         return self._report
 
 
@@ -151,12 +216,66 @@ def _examples(batches: Iterable, limit: int) -> tuple[torch.Tensor, torch.Tensor
     return (torch.cat(xs), torch.cat(ys)) if xs else None
 
 
+def checked(batches: Iterable, where: str) -> Iterator:
+    """The batches, each checked to be an (inputs, targets) pair of tensors (UnsupportedTask if one is not)."""
+    for batch in batches:
+        if not (
+            isinstance(batch, tuple | list)
+            and len(batch) == 2
+            and torch.is_tensor(batch[0])
+            and torch.is_tensor(batch[1])
+        ):
+            raise UnsupportedTask(batch_problem(batch, where))
+        yield batch
+
+
+def batch_problem(batch, where: str) -> str:
+    """Why `batch` is not an (inputs, targets) pair of tensors, in one line naming what is supported."""
+
+    def kinds(items) -> str:
+        return ", ".join(type(item).__name__ for item in items)
+
+    if isinstance(batch, Mapping):
+        keys = ", ".join(repr(k) for k in list(batch)[:6])
+        return f"a {where} batch is a {type(batch).__name__} (keys {keys}): {PAIRS}; dict batches are not supported yet"
+    if not isinstance(batch, tuple | list):
+        return f"a {where} batch is a {type(batch).__name__}, not a pair: {PAIRS}"
+    if len(batch) != 2:
+        return (
+            f"a {where} batch has {len(batch)} items ({kinds(batch)}): {PAIRS}; several inputs per batch (or items"
+            " beside inputs and targets) are not supported yet"
+        )
+    inputs = batch[0]
+    if isinstance(inputs, tuple | list | Mapping):
+        return (
+            f"the inputs of a {where} batch are a {type(inputs).__name__} of {len(inputs)} ({kinds(inputs)}): {PAIRS};"
+            " several inputs per example are not supported yet"
+        )
+    return f"a {where} batch is ({kinds(batch)}): {PAIRS}"
+
+
+def _required_inputs(model: nn.Module) -> list[str]:
+    """The names of the positional arguments the model's forward requires (empty if its signature hides them)."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in parameters if p.kind in positional and p.default is inspect.Parameter.empty]
+
+
 def check_classification(model: nn.Module, batch) -> int:
     """The number of classes C, or UnsupportedTask if the batch and the model's output are not classification."""
     if not (
-        isinstance(batch, tuple | list) and len(batch) >= 2 and torch.is_tensor(batch[0]) and torch.is_tensor(batch[1])
+        isinstance(batch, tuple | list) and len(batch) == 2 and torch.is_tensor(batch[0]) and torch.is_tensor(batch[1])
     ):
-        raise UnsupportedTask("batches must be (inputs, targets) pairs of tensors")
+        raise UnsupportedTask(batch_problem(batch, "training"))
+    required = _required_inputs(model)
+    if len(required) > 1:
+        raise UnsupportedTask(
+            f"the model's forward takes {len(required)} inputs ({', '.join(required)}): {PAIRS}, the model called"
+            " as model(inputs); models of several inputs are not supported yet"
+        )
     x, y = batch[0], batch[1]
     if y.is_floating_point() or y.dim() != 1:
         raise UnsupportedTask(
@@ -186,7 +305,7 @@ def cycle(batches: Callable[[], Iterable] | Iterable) -> Iterator:
             empty = False
             yield batch
         if empty:
-            raise ValueError("the batches are empty")
+            raise CannotJudge("the batches are empty: batches() gave no batch to train on")
 
 
 def probe(
@@ -220,11 +339,22 @@ def probe(
 
 
 class Report:
-    """What the doctor found: findings in rule order (the first is the verdict) and the bigger-machine check."""
+    """What the doctor found: findings in rule order (the first is the verdict) and the bigger-machine check.
 
-    def __init__(self, findings: list[Finding], checklist: list, steps: int, measurements: dict, feature_values: dict):
+    `note` says which rules were not judged, and why (on a run whose loss went NaN or inf).
+    """
+
+    def __init__(
+        self,
+        findings: list[Finding],
+        checklist: list,
+        steps: int,
+        measurements: dict,
+        feature_values: dict,
+        note: str | None = None,
+    ):
         self.findings, self.checklist, self.steps = findings, checklist, steps
-        self.measurements, self.features = measurements, feature_values
+        self.measurements, self.features, self.note = measurements, feature_values, note
 
     @property
     def verdict(self) -> str:
@@ -241,6 +371,7 @@ class Report:
                 {"verdict": f.verdict, "evidence": f.evidence, "next_step": f.next_step, "margin": plain(f.margin)}
                 for f in self.findings
             ],
+            "not_judged": self.note,
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
             "features": {k: plain(float(v)) for k, v in self.features.items()},
         }
@@ -251,10 +382,12 @@ class Report:
         for i, finding in enumerate(self.findings, 1):
             sure = "" if math.isnan(finding.margin) else f"  [{_margin(finding)}]"
             lines += [f"  {i}. {finding.verdict}: {finding.evidence}{sure}", f"     next: {finding.next_step}"]
-        if first.verdict != "healthy" and len(self.findings) == 1:
+        if first.verdict != "healthy" and len(self.findings) == 1 and self.note is None:
             lines.append("  (no other rule fired)")
         elif len(self.findings) > 1:
             lines.append("  (later findings can follow from the first: fix it and run the doctor again)")
+        if self.note is not None:
+            lines.append(f"  ({self.note})")
         lines.append("is a bigger machine the answer?")
         lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist[:-1]]
         lines.append(f"  => {self.checklist[-1].detail}")

@@ -47,21 +47,39 @@ def device_study_line(folder: Path = DEVICE_STUDY) -> str:
 
 
 def bigger_machine(
-    measured: Mapping, findings: list[Finding], val_start, device: torch.device, error, starved_threshold: float
+    measured: Mapping,
+    findings: list[Finding],
+    val_start,
+    device: torch.device,
+    error,
+    starved_threshold: float,
+    unmemorized: str = "no model factory given",
+    memorized_on: int = 16,
 ) -> list[Check]:
     """The checklist; its last line is the conclusion. `starved_threshold` is the rules' data-wait threshold.
 
-    `measured` is the run's measurements (the doctor's mapping, keyed like a grid record).
+    `measured` is the run's measurements (the doctor's mapping, keyed like a grid record); `unmemorized` says why
+    memorization was not measured, where it was not, and `memorized_on` on how many examples it was.
     """
     checks = []
     ln_c = measured["ln_classes"]
     memorized = measured["memorize_best_loss"]
-    if math.isnan(memorized):
-        memorizes, memo = True, "not measured (no model factory given)"
+    tried = list(measured["memorize_losses"])
+    if not tried:
+        memorizes, memo = True, f"not measured ({unmemorized})"
+    elif math.isnan(memorized):
+        # Memorization ran, and no rate reached a finite loss: that is a measurement, not a missing factory.
+        losses = ", ".join(f"{loss:.3g}" for loss in tried)
+        memorizes = False
+        memo = f"a fresh model reached no finite loss on {memorized_on} examples at any rate (losses {losses})"
     else:
         memorizes = memorized < 0.1 * ln_c
-        memo = f"best loss {memorized:.3g} on 16 examples (below {0.1 * ln_c:.2f} = 0.1 ln C means it can)"
-    if val_start is not None and not math.isnan(measured["final_val_acc"]):
+        memo = f"best loss {memorized:.3g} on {memorized_on} examples (below {0.1 * ln_c:.2f} = 0.1 ln C means it can)"
+    nonfinite = measured["nonfinite_losses"]
+    if nonfinite:
+        # A model computing NaN has no accuracy to compare: argmax of NaN rows is class 0, not learning.
+        improves, progress = False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf"
+    elif val_start is not None and not math.isnan(measured["final_val_acc"]):
         improves = measured["final_val_acc"] > val_start[1] + 0.05
         progress = f"validation accuracy {val_start[1]:.0%} -> {measured['final_val_acc']:.0%}"
     else:

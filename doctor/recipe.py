@@ -1,14 +1,19 @@
 """Recipe files: a user's training run described in plain Python, for the command line.
 
 A recipe file defines
-    model()              -> a fresh nn.Module                        (required)
-    batches()            -> an iterable of (inputs, targets), e.g. a DataLoader: one epoch  (required)
+    model()              -> a fresh nn.Module, called as model(inputs)                (required)
+    batches()            -> an iterable of (inputs, targets) pairs of tensors, e.g. a DataLoader: one epoch  (required)
     loss                 -> the loss function, e.g. nn.CrossEntropyLoss()          (required)
     optimizer(params)    -> a torch.optim optimizer                   (required)
     validation()         -> an iterable of (inputs, targets)          (optional: validation accuracy)
     STEPS                -> steps of the doctor's own probe loop, default 300       (optional)
     train(Doctor)        -> runs the user's own loop with the doctor's three lines and returns the doctor
                             (optional: without it the doctor runs its probe loop on the pieces above)
+
+The doctor covers classification: targets are one class index per example, the model's output (batch, C) logits.
+Dict batches, several inputs per batch or a forward taking several tensors are refused (exit status 2), as is a
+recipe that lacks a required name (RecipeError). An exception raised by the recipe's own code (a syntax error,
+an error in its model, loss or data) is the user's, and passes through with its traceback (exit status 3).
 """
 
 import functools
@@ -17,23 +22,35 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from doctor.core import Doctor, Report, probe
+from doctor.core import CannotJudge, Doctor, Report, probe
 
 REQUIRED = ("model", "batches", "loss", "optimizer")
 
 
+class RecipeError(CannotJudge):
+    """The recipe file is missing, lacks a required name, or its train() does not hand back the doctor."""
+
+
 def load(path: str | Path) -> ModuleType:
+    """The recipe file as a module; RecipeError if there is none or it lacks a required name.
+
+    Whatever the file's own code raises while it runs (SyntaxError, ImportError, ...) is raised unchanged.
+    """
     path = Path(path).resolve()
     if not path.is_file():
-        raise FileNotFoundError(f"no recipe file at {path}")
+        raise RecipeError(f"no recipe file at {path}")
     sys.path.insert(0, str(path.parent))  # a recipe may import helpers that sit beside it
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # DataLoader workers find the recipe's classes by module name
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[path.stem]  # a half-run recipe must not stand in for a fixed one loaded later
+        raise
     missing = [name for name in REQUIRED if not hasattr(module, name)]
     if missing:
-        raise AttributeError(f"recipe {path.name} lacks {', '.join(missing)} (see `python -m doctor --help`)")
+        raise RecipeError(f"recipe {path.name} lacks {', '.join(missing)} (see `python -m doctor --help`)")
     return module
 
 
@@ -44,6 +61,11 @@ def run(recipe: ModuleType, force_probe: bool = False, steps: int | None = None)
         doctor = recipe.train(
             functools.partial(Doctor, validation=validation() if validation else None, model_factory=recipe.model)
         )
+        if not isinstance(doctor, Doctor):
+            raise RecipeError(
+                f"the recipe's train(Doctor) returned {'None' if doctor is None else type(doctor).__name__}, not the"
+                " doctor it built: end it with `return doctor`"
+            )
         return doctor.report()
     return probe(
         recipe.model,

@@ -98,6 +98,18 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     return f"malformed YAML in {name}:{mark.line + 1}:{mark.column + 1}: {what}"
 
 
+def unknown_option(group: str, values: list[str], config_dirs: list[Path]) -> str | None:
+    """`unknown <group> <name>; valid choices: ...` for the first of `values` that is no option of `group`.
+
+    `fault=[a,b]` chooses two options at once: each one must exist. Not a config group: None.
+    """
+    if group not in GROUPS:
+        return None
+    valid = group_options(group, config_dirs)
+    unknown = [o for v in values for o in (x.strip() for x in v.strip("[]").split(",")) if o not in valid]
+    return f"unknown {group} {unknown[0]!r}; valid choices: {', '.join(valid)}" if unknown else None
+
+
 def added_keys(base: DictConfig | dict, composed: DictConfig | dict, prefix: str = "") -> list[tuple[str, str | None]]:
     """Keys `composed` has that `base` lacks (the planted `fault` node aside), each with the nearest key base has.
 
@@ -160,13 +172,9 @@ def check_command_line(argv: list[str]) -> str | None:
             continue  # a range is integers
         else:
             values = list(override.sweep_string_iterator())
-        if group in GROUPS:
-            valid = group_options(group, config_dirs)
-            # `fault=[a,b]` chooses two options at once: each one must exist.
-            options = [o.strip() for v in values for o in v.strip("[]").split(",")]
-            unknown = [v for v in options if v not in valid]
-            if unknown:
-                return f"unknown {group} {unknown[0]!r}; valid choices: {', '.join(valid)}"
+        problem = unknown_option(group, values, config_dirs)
+        if problem:
+            return problem
         if len(values) == 1 and not override.is_sweep_override():
             fixed.append(text)
         else:
@@ -259,14 +267,12 @@ def sweep_problem(option: str, sweeper: DictConfig, cfg: DictConfig, config_dirs
             return f"{option} lists a malformed override {line!r}: {_one_line(error)}"
         key = override.key_or_group
         if key in GROUPS:
-            value = override.value()
-            if isinstance(value, Glob | RangeSweep):
-                continue
-            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(value)]
-            valid = group_options(key, config_dirs)
-            unknown = [o for v in values for o in (x.strip() for x in v.strip("[]").split(",")) if o not in valid]
-            if unknown:
-                return f"{option} lists unknown {key} {unknown[0]!r}; valid choices: {', '.join(valid)}"
+            if isinstance(override.value(), Glob | RangeSweep):
+                continue  # a glob finds only options that exist
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
+            problem = unknown_option(key, values, config_dirs)
+            if problem:
+                return f"{option} lists {problem}"
         elif (
             not override.is_add()
             and not key.startswith("hydra.")

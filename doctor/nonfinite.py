@@ -1,0 +1,212 @@
+"""Non-finite values: the first NaN or inf of a training run, what was non-finite first, and what to look at.
+
+Any NaN or inf training loss is a finding of its own, `nonfinite_loss`: it needs no fitted threshold, and it comes
+before every fitted rule, whose measurements are read on a model that no longer computes numbers.
+
+What it costs: once a step, until the first non-finite loss, the loss and the norms of the gradients are read as
+one number (torch._foreach_norm, then one read: a single device sync on an accelerator). A NaN or inf anywhere
+makes that number non-finite. At the first non-finite loss, still before optimizer.step(), the doctor looks back
+along the step, in the order the values came about:
+
+1. the weights (non-finite at initialization, or after the previous update; if an earlier step's gradients
+   were non-finite while its loss was finite, those gradients came first);
+2. the step's inputs;
+3. the model's outputs, by running its forward again on those inputs without gradients (the weights have not
+   been stepped yet, so this is the forward that produced the loss);
+4. the loss itself, when all of the above were finite.
+
+It sees the model, the batches and the loss only: nothing here knows of any planted fault.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+VERDICT = "nonfinite_loss"
+
+# What to look at, by what was non-finite first.
+NEXT_STEPS = {
+    "inputs": "the data: find the NaN/inf in the inputs (a missing value, a division by a zero standard deviation in"
+    " the normalization, a corrupt file) and fix or drop those examples; torch.isfinite(x).all() on each batch"
+    " finds them",
+    "weights at initialization": "the initialization: custom init code produced NaN/inf weights (a division by a zero"
+    " fan-in, a NaN scale, weights loaded from a broken checkpoint)",
+    "weights": "the optimizer's update: it made the weights non-finite from finite gradients; lower the learning rate,"
+    " check the optimizer's settings (eps=0, a huge weight decay or momentum), or clip gradients",
+    "gradients": "the backward pass: an operation with an infinite derivative (sqrt or norm at 0, log or pow near 0) or"
+    " an overflow; lower the rate and clip gradients (torch.nn.utils.clip_grad_norm_), and run one step under"
+    " torch.autograd.set_detect_anomaly(True) to name the operation",
+    "outputs": "the model's forward: it overflowed on finite inputs and weights (exp, division or log in forward,"
+    " activations growing layer after layer, weights grown by a rate too high); check the initialization, lower the"
+    " rate, add normalization or clip gradients",
+    "outputs or loss": "the model's forward or the loss function: look for exp, division or log in either, and for"
+    " weights grown by a rate too high",
+    "loss": "the loss function: it returned NaN/inf on finite outputs (log of 0, e.g. log(softmax) instead of"
+    " log_softmax, a division by zero, sqrt of a negative); add an epsilon or use the stable built-in"
+    " (cross_entropy on logits)",
+}
+
+# The fitted rules that read the trained model's accuracy: a model that outputs NaN has none, so on a non-finite
+# run they are not judged (the others measure the loop's mechanics, and may say why it went non-finite).
+READS_TRAINED_ACCURACY = ("shuffled_labels", "overfitting", "model_too_small")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The first non-finite loss, and what was non-finite first."""
+
+    loss_step: int  # the step whose training loss was first NaN or inf
+    loss_value: float
+    what: str  # a key of NEXT_STEPS
+    step: int  # the step at which `what` was first seen non-finite (earlier than loss_step for gradients)
+    detail: str
+
+    @property
+    def from_the_start(self) -> bool:
+        """Non-finite inputs or weights at the first step: every measurement the rules read saw those values."""
+        return self.step == 0 and self.what in ("inputs", "weights at initialization")
+
+
+def _kind(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("-inf" if value < 0 else "inf")
+
+
+def _count(tensor: torch.Tensor) -> tuple[int, int]:
+    """(non-finite values, all values) of a tensor; integer tensors are always finite."""
+    if not tensor.is_floating_point() and not tensor.is_complex():
+        return 0, tensor.numel()
+    return int((~torch.isfinite(tensor.detach())).sum()), tensor.numel()
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+class NonFiniteWatch:
+    """Checks each step for a non-finite loss (and, before it, non-finite gradients); see the module docstring."""
+
+    def __init__(self, model: nn.Module, named_params: list[tuple[str, nn.Parameter]]):
+        self.model, self.named_params = model, named_params
+        self.trained = [p for _, p in named_params if p.requires_grad]  # the per-step check reads their gradients
+        self.origin: Origin | None = None
+        self.gradients: tuple[int, list[str], float] | None = None  # (step, parameters, the finite loss then)
+        self.check_gradients = True
+
+    def after_backward(self, step: int, loss: torch.Tensor, batch, instruments) -> None:
+        """Call after backward and before optimizer.step(); `batch` is the step's batch, `instruments` the doctor's."""
+        if self.origin is not None:
+            return  # found: the rest of the run cannot say more about where it started
+        grads = (
+            [p.grad for p in self.trained if p.grad is not None and not p.grad.is_sparse]
+            if self.check_gradients
+            else []
+        )
+        if math.isfinite(_total(loss, grads)):
+            return
+        loss = loss.detach()
+        value = loss.item() if loss.numel() == 1 else loss.sum().item()
+        if math.isfinite(value):
+            bad = [name for name, p in self.named_params if p.grad is not None and _count(p.grad)[0]]
+            if bad and self.gradients is None:
+                self.gradients = (step, bad, value)
+            # Found, or finite gradients whose norm overflowed (above ~1e19 per element): the loss check goes on.
+            self.check_gradients = False
+            return
+        self.origin = self._origin(step, value, batch, instruments)
+
+    def _origin(self, step: int, value: float, batch, instruments) -> Origin:
+        def found(what: str, detail: str, at: int = step) -> Origin:
+            return Origin(step, value, what, at, detail)
+
+        weights = [name for name, p in self.named_params if _count(p)[0]]
+        if weights:
+            if self.gradients is not None:
+                at, names, finite_loss = self.gradients
+                return found(
+                    "gradients",
+                    f"the gradients of {_names(names)} were non-finite at step {at} while its loss was finite"
+                    f" ({finite_loss:.3g}); the update made the weights {_names(weights)} non-finite, and the loss"
+                    " followed",
+                    at,
+                )
+            if step == 0:
+                return found(
+                    "weights at initialization", f"the weights {_names(weights)} were non-finite before any update"
+                )
+            checked = (
+                "were finite" if self.check_gradients else "the doctor had stopped checking (their norm overflowed)"
+            )
+            return found(
+                "weights",
+                f"the weights {_names(weights)} were non-finite after the update of step {step - 1}, whose gradients"
+                f" {checked}",
+            )
+        if batch is None:  # after_backward without the doctor watching the batches: nothing to look back at
+            return found("outputs or loss", "the weights were finite; the doctor saw no batch to check the rest on")
+        inputs = batch[0]
+        bad, total = _count(inputs)
+        if bad:
+            return found("inputs", f"{bad} of {total} input values of the batch at step {step} were NaN or inf")
+        outputs = self._forward_again(inputs, instruments)
+        if outputs is None:
+            return found(
+                "outputs or loss",
+                "inputs and weights were finite; the doctor could not run the forward again on the step's inputs, so"
+                " the model's outputs are unchecked",
+            )
+        bad, total = _count(outputs)
+        if bad:
+            return found(
+                "outputs",
+                f"the model's outputs on the batch of step {step} had {bad} of {total} values NaN or inf, from finite"
+                " inputs and finite weights",
+            )
+        largest = float(outputs.detach().abs().max()) if outputs.numel() else 0.0
+        return found(
+            "loss",
+            f"inputs, weights and the model's outputs were finite (largest |output| {largest:.3g}), but the loss was"
+            f" {_kind(value)}",
+        )
+
+    def _forward_again(self, inputs: torch.Tensor, instruments) -> torch.Tensor | None:
+        """The model's outputs on the step's inputs, as the step computed them; None if that forward fails.
+
+        Model, buffers (BatchNorm statistics), RNG and the instruments' forward counts are left as they were.
+        """
+        device = next(self.model.parameters()).device
+        buffers = [b.detach().clone() for b in self.model.buffers()]
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        instruments._own_forward = True  # the instruments count the loop's forwards, not the doctor's
+        try:
+            with torch.random.fork_rng(devices=devices), torch.no_grad():
+                outputs = self.model(inputs.to(device))
+        except Exception:  # noqa: BLE001 - the user's loop may call the model differently: then say so, not crash
+            return None
+        finally:
+            instruments._own_forward = False
+            with torch.no_grad():
+                for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
+                    buffer.copy_(saved)
+        return outputs if torch.is_tensor(outputs) else None
+
+    def evidence(self, steps: int, nonfinite_losses: int) -> str:
+        """The finding's evidence sentence; `steps` and `nonfinite_losses` are counted over the whole run."""
+        origin = self.origin
+        first = f"the training loss was first {_kind(origin.loss_value)} at step {origin.loss_step}"
+        count = f"{nonfinite_losses} of {steps} training losses were NaN or inf"
+        return f"{first} ({count}); non-finite first: the {origin.what}: {origin.detail}"
+
+
+def _total(loss: torch.Tensor, grads: list[torch.Tensor]) -> float:
+    """The loss plus every gradient's norm, as one number: finite exactly when all of them are (barring overflow)."""
+    norms = torch._foreach_norm(grads) if grads else []
+    if loss.is_cpu:
+        # On the CPU reading each number costs nothing more; stacking them would.
+        value = loss.item() if loss.numel() == 1 else loss.detach().sum().item()
+        return value + sum(n.item() for n in norms)
+    parts = [loss.detach().float().sum(), *(n.float().to(loss.device) for n in norms)]
+    return torch.stack(parts).sum().item()  # one sync for the loss and every gradient
