@@ -10,7 +10,7 @@ from conftest import SHORT, make_config, run_entry
 from omegaconf import OmegaConf
 
 from harness.cell import run_cell
-from harness.checks import cell_problems, knob_problems
+from harness.checks import cell_problems
 from harness.cli import check_command_line
 
 
@@ -105,15 +105,7 @@ KNOBS = {
 
 @pytest.mark.parametrize("override", KNOBS)
 def test_a_knob_out_of_range_is_one_line_naming_what_is_valid(override):
-    assert knob_problems(make_config(override)) == [KNOBS[override]]
     assert check_command_line([override, "+sweep=smoke"]) == KNOBS[override]  # in a sweep too, before it starts
-
-
-def test_every_knob_of_the_healthy_recipe_and_every_fault_is_in_range():
-    from conftest import FAULTS, SIZES
-
-    for fault in FAULTS + SIZES:
-        assert knob_problems(make_config(f"fault={fault}")) == [], fault
 
 
 def test_two_knobs_out_of_range_are_two_lines_in_the_recipe_s_order():

@@ -76,10 +76,13 @@ def test_a_misspelled_key_in_a_fault_file_is_one_line_naming_the_nearest_key(tmp
 
 
 @pytest.mark.parametrize("fault", FAULTS + SIZES)
-def test_every_fault_file_sets_only_keys_the_recipe_has(fault):
+def test_every_fault_file_sets_only_keys_the_recipe_has_each_in_its_range(fault):
+    from harness.checks import knob_problems
     from harness.cli import added_keys
 
-    assert added_keys(make_config("~fault"), make_config(f"fault={fault}")) == []
+    planted = make_config(f"fault={fault}")
+    assert added_keys(make_config("~fault"), planted) == []
+    assert knob_problems(planted) == []
 
 
 def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, records):

@@ -415,12 +415,12 @@ def test_the_users_own_exception_shows_its_traceback(tmp_path, capsys, case):
     assert f"{ROOT / 'doctor'}" not in err, err
 
 
-def test_a_syntax_error_in_the_recipe_exits_3_as_a_real_process(tmp_path):
+def test_a_syntax_error_in_the_recipe_exits_3_with_its_file_line_and_caret(tmp_path, capsys):
     path = tmp_path / "broken.py"
     path.write_text("def model(:\n    pass\n")
-    result = subprocess.run([sys.executable, "-m", "doctor", str(path)], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 3 and result.stdout == ""
-    assert result.stderr.splitlines()[1:] == [
+    status, out, err = doctor_cli(capsys, path)
+    assert status == 3 and out == ""
+    assert err.splitlines()[1:] == [
         f'  File "{path}", line 1',
         "    def model(:",
         "              ^",

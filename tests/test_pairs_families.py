@@ -81,4 +81,6 @@ def test_report_sections_from_real_pair_and_family_cells(tmp_path):
     assert lines[0].startswith("accuracy digits rules-both-named ") and lines[0].endswith("steps=40 faults=2")
     text, lines = families_section(tmp_path, tmp_path, records[records.model == "cnn"])
     assert text[0] == "## Other model families"
-    assert {line.split()[2] for line in lines} == {"rules", "rules-refit"} and "family=cnn steps=40" in lines[0]
+    # One seed: nothing to refit on, so no rules-refit score, and the section says why.
+    assert {line.split()[2] for line in lines} == {"rules"} and "family=cnn steps=40" in lines[0]
+    assert "No rules-refit score for cnn: leave-one-seed-out needs two seeds." in text
