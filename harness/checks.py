@@ -3,9 +3,9 @@
 A knob out of range (`loop.steps=0`, `data.val_fraction=1.5`) or a dataset that cannot make a classification
 problem (one class, NaN features, a class with a single example) would otherwise reach the cells: at best every
 cell fails with the same error, at worst a cell is recorded `ok` with numbers that mean nothing (one class: a
-first loss of 0 and validation accuracy 1.0, which the rules then call `lr_too_low`). The grid sweeper checks every
-cell of a sweep here before the first one runs, the command line checks a single cell, and `harness.data` checks
-each dataset again when a cell loads it. Each problem is one line naming the key or the dataset and what is valid.
+first loss of 0 and validation accuracy 1.0, which the rules then call `lr_too_low`). The grid sweeper checks the knobs of every
+cell of a sweep, `harness.sweep.run_cells` the datasets of the cells left to run, both before the first cell runs;
+the command line checks a single cell, and `harness.data` checks each dataset again when a cell loads it. Each problem is one line naming the key or the dataset and what is valid.
 
 No torch here: the sweep's parent process runs these checks and never imports torch.
 """
@@ -167,18 +167,21 @@ def load_dataset(dataset_cfg: DictConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cell_problems(cells: Iterable[DictConfig | dict]) -> list[str]:
-    """Every distinct problem of these resolved cells: knobs out of range, then datasets that cannot be split.
+    """Every distinct problem of these resolved cells: knobs out of range, then datasets that cannot be split."""
+    cells = [_plain(cell) for cell in cells]
+    return list(dict.fromkeys([p for cell in cells for p in knob_problems(cell)] + dataset_problems(cells)))
 
-    Cells may be plain dicts (the grid sweeper has them: a thousand cells check in a few tens of milliseconds).
-    Each dataset is loaded once per loader spec (the zoo's hundreds of cells share thirteen).
+
+def dataset_problems(cells: Iterable[DictConfig | dict]) -> list[str]:
+    """Every distinct problem of the datasets of these cells (see `dataset_problem`), one line each.
+
+    Each dataset is loaded once per loader spec (the zoo's hundreds of cells share thirteen) and kept for
+    the process's life, so a second check of the same dataset costs nothing.
     """
     problems: dict[str, None] = {}  # an ordered set: one line per distinct problem, however many cells share it
     split_checked: set[tuple[str, float]] = set()
     for cell in cells:
-        values = _plain(cell)
-        for problem in knob_problems(values):
-            problems[problem] = None
-        dataset = values.get("dataset")
+        dataset = _plain(cell["dataset"]) if "dataset" in cell else None
         if not isinstance(dataset, dict) or "loader" not in dataset:
             continue
         key = json.dumps(dataset, sort_keys=True, default=str)
@@ -188,7 +191,7 @@ def cell_problems(cells: Iterable[DictConfig | dict]) -> list[str]:
             except ValueError as error:  # load_dataset says in one line whatever the loader raised
                 _LOADED[key] = str(error)
         loaded = _LOADED[key]
-        fraction = _select(values, "data.val_fraction")
+        fraction = _select(_plain(cell["data"]), "val_fraction") if "data" in cell else _ABSENT
         if isinstance(loaded, str):
             problems[loaded] = None
         elif _number(fraction) and 0 < fraction < 1 and (key, fraction) not in split_checked:

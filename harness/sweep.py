@@ -24,6 +24,7 @@ from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from harness.checks import dataset_problems
 from harness.records import (
     QUARANTINE,
     FolderScan,
@@ -111,8 +112,11 @@ def engine(backend: str, n_jobs: int, address: str | None = None) -> Iterator[Pa
             cluster.close()
 
 
-class RecordsFolderError(Exception):
-    """A records folder that cannot be written: found before any cell runs."""
+class Refused(Exception):
+    """Bad input found before any cell runs (a folder that cannot be written, a dataset that cannot be split).
+
+    Each argument is one line for the user.
+    """
 
 
 @dataclass
@@ -163,8 +167,9 @@ def run_cells(
     except KeyboardInterrupt:
         # Leaving the `with` above has stopped the workers; the records they finished are on disk.
         sweep.counts["interrupted"] = 1
-    except RecordsFolderError as error:
-        print(f"error: {error}", file=out)
+    except Refused as refused:
+        for line in refused.args:
+            print(f"error: {line}", file=out)
         raise SystemExit(2) from None
     _summarize(sweep, time.perf_counter() - started, out)
     return sweep.counts
@@ -195,7 +200,12 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out, sweep: _
     for folder in sorted(writing):
         reason = check_writable(folder)
         if reason:
-            raise RecordsFolderError(f"records folder {folder} cannot be written: {reason}")
+            raise Refused(f"records folder {folder} cannot be written: {reason}")
+    # The datasets of the cells still to run, each loaded once and checked (one class, NaN features, too few to
+    # split): here rather than while composing, so that a sweep with nothing left to run loads none of them.
+    problems = dataset_problems(todo)
+    if problems:
+        raise Refused(*problems)
     for folder in folders:
         foreign = scans[folder].foreign
         moved = quarantine(folder, list(foreign)) if folder in asked and foreign else []

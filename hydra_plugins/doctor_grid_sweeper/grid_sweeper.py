@@ -28,7 +28,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import cell_problems
+from harness.checks import knob_problems
 from harness.cli import unknown_key_message
 
 
@@ -99,7 +99,8 @@ class GridSweeper(Sweeper):
             plain = OmegaConf.to_container(cfg, resolve=True)
             plains.append(plain)
             cells.append(OmegaConf.create(plain))
-        problems = cell_problems(plains)  # knobs out of range, datasets that cannot be split: before any cell runs
+        # Knobs out of range, before any cell runs (run_cells then checks the datasets of the cells left to run).
+        problems = list(dict.fromkeys(problem for plain in plains for problem in knob_problems(plain)))
         if problems:
             for problem in problems:
                 print(f"error: {problem}", file=sys.stderr)
