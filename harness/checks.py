@@ -3,9 +3,10 @@
 A knob out of range (`loop.steps=0`, `data.val_fraction=1.5`) or a dataset that cannot make a classification
 problem (one class, NaN features, a class with a single example) would otherwise reach the cells: at best every
 cell fails with the same error, at worst a cell is recorded `ok` with numbers that mean nothing (one class: a
-first loss of 0 and validation accuracy 1.0, which the rules then call `lr_too_low`). The grid sweeper checks the knobs of every
-cell of a sweep, `harness.sweep.run_cells` the datasets of the cells left to run, both before the first cell runs;
-the command line checks a single cell, and `harness.data` checks each dataset again when a cell loads it. Each problem is one line naming the key or the dataset and what is valid.
+first loss of 0 and validation accuracy 1.0, which the rules then call `lr_too_low`). The grid sweeper checks
+the knobs of every cell of a sweep, and `harness.sweep.run_cells` the datasets of the cells left to run, both
+before the first cell runs; the command line checks a single cell, and `harness.data` checks each dataset again
+when a cell loads it. Each problem is one line naming the key or the dataset and what is valid.
 
 No torch here: the sweep's parent process runs these checks and never imports torch.
 """

@@ -92,9 +92,7 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     what = getattr(error, "problem", None) or str(error).splitlines()[0]
     if mark is None:
         return f"malformed YAML: {what}"
-    name = Path(mark.name)
-    if name.is_absolute() and name.is_relative_to(Path.cwd()):
-        name = name.relative_to(Path.cwd())
+    name = _shown(Path(mark.name))
     return f"malformed YAML in {name}:{mark.line + 1}:{mark.column + 1}: {what}"
 
 
@@ -130,8 +128,10 @@ def added_keys(base: DictConfig | dict, composed: DictConfig | dict, prefix: str
     return found
 
 
-def unknown_key_message(source: str, base: DictConfig, composed: DictConfig, own: str = "fault") -> str | None:
-    """One line naming the first key `source` sets that the recipe lacks, with the nearest valid key.
+def unknown_key_message(
+    source: str, base: DictConfig, composed: DictConfig, own: str = "fault", file: Path | str | None = None
+) -> str | None:
+    """One line naming the first key `source` (in `file`) sets that the recipe lacks, with the nearest valid key.
 
     `own` is the node the option's group fills (a dataset file's `dataset:`), where any key is the option's own.
     """
@@ -140,7 +140,24 @@ def unknown_key_message(source: str, base: DictConfig, composed: DictConfig, own
         return None
     key, near = added[0]
     hint = f"; did you mean {near!r}?" if near else "; the recipe has no such key (declare it in conf/config.yaml)"
-    return f"{source} sets {key!r}, which the recipe does not have{hint}"
+    where = f" ({_shown(Path(file))})" if file else ""
+    return f"{source}{where} sets {key!r}, which the recipe does not have{hint}"
+
+
+def option_file(option: str, config_dirs: list[Path]) -> Path | None:
+    """The YAML file of a group option such as `fault=typo` or `+sweep=smoke`; None for two at once or none found."""
+    group, _, value = option.lstrip("+~").partition("=")
+    names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+    if len(names) != 1:
+        return None
+    # Hydra looks in the primary config folder first, then in each --config-dir.
+    found = [d / group / f"{names[0]}.yaml" for d in [CONF_DIR, *config_dirs]]
+    return next((path for path in found if path.is_file()), None)
+
+
+def _shown(path: Path) -> Path:
+    """A path as the user would type it: relative to the working folder when it lies below it."""
+    return path.relative_to(Path.cwd()) if path.is_absolute() and path.is_relative_to(Path.cwd()) else path
 
 
 def check_command_line(argv: list[str]) -> str | None:
@@ -238,7 +255,8 @@ def _check_compositions(
             # The recipe without this option: every key its file sets outside its own group must be in it.
             others = [o for o in overrides if o != option] + (["~fault"] if _group(option) == "fault" else [])
             base = compose("config", overrides=[*searchpath, *others])
-            problem = unknown_key_message(option, base, cfg, own=_group(option))
+            file = option_file(option, config_dirs)
+            problem = unknown_key_message(option, base, cfg, own=_group(option), file=file)
             if problem:
                 return problem
             if _group(option) == "sweep":

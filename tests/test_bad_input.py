@@ -44,12 +44,14 @@ MISSPELLED = {
     "a global dataset file": (
         "dataset",
         f"# @package _global_\n{IRIS}data:\n  batch_sise: 16\n",
-        "dataset=typo sets 'data.batch_sise', which the recipe does not have; did you mean 'data.batch_size'?",
+        "dataset=typo ({dir}/dataset/typo.yaml) sets 'data.batch_sise', which the recipe does not have; "
+        "did you mean 'data.batch_size'?",
     ),
     "a sweep file's recipe": (
         "sweep",
         f"{GRID}    params: {{fault: healthy}}\nloop:\n  stepz: 10\n",
-        "+sweep=typo sets 'loop.stepz', which the recipe does not have; did you mean 'loop.steps'?",
+        "+sweep=typo ({dir}/sweep/typo.yaml) sets 'loop.stepz', which the recipe does not have; "
+        "did you mean 'loop.steps'?",
     ),
     "a sweep file's grid": (
         "sweep",
@@ -75,7 +77,7 @@ def test_a_misspelled_key_in_a_dataset_or_sweep_file_names_the_nearest_key(tmp_p
     write(tmp_path, group, "typo", text)
     choice = "+sweep=typo" if group == "sweep" else f"{group}=typo"
     problem = check_command_line(["--config-dir", str(tmp_path), choice])
-    assert problem is not None and problem.startswith(expected), problem
+    assert problem is not None and problem.startswith(expected.format(dir=tmp_path)), problem
 
 
 def test_a_dataset_file_in_its_own_package_may_hold_any_keys(tmp_path):

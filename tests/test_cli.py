@@ -71,7 +71,10 @@ def test_a_misspelled_key_in_a_fault_file_is_one_line_naming_the_nearest_key(tmp
     result = run_entry("--config-dir", str(tmp_path), *grid, f"run.records={records}")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: fault=typo sets ") and MISSPELLED[line] in lines[0]
+    where = tmp_path / "fault" / "typo.yaml"  # the file is named: it may be anywhere --config-dir points
+    assert (
+        len(lines) == 1 and lines[0].startswith(f"error: fault=typo ({where}) sets ") and MISSPELLED[line] in lines[0]
+    )
     assert not records.exists()
 
 

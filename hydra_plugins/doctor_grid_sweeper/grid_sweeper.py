@@ -64,6 +64,7 @@ class GridSweeper(Sweeper):
         self.variants = [list(v) for v in variants or []]
         self._fault_files: dict[str, DictConfig | None] = {}  # fault option -> its content (None: not plain)
         self._checked: set[str] = set()  # dataset choices whose keys were checked
+        self._files: dict[str, str | None] = {}  # "fault/<name>" -> the file it was loaded from, for messages
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -132,7 +133,9 @@ class GridSweeper(Sweeper):
             application.merge_with(content)
         OmegaConf.set_struct(application, True)
         # A key the recipe lacks is a misspelling: the cell would run healthy under the fault's label.
-        problem = unknown_key_message(faults[0], cache[others], application)
+        names = _choices(faults[0].split("=", 1)[1])
+        file = self._files.get(f"fault/{names[0]}") if len(names) == 1 else None
+        problem = unknown_key_message(faults[0], cache[others], application, file=file)
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)  # before any cell runs, like every other bad input
@@ -154,7 +157,7 @@ class GridSweeper(Sweeper):
         body = OmegaConf.masked_copy(result.config, [k for k in result.config if k not in ("defaults", "hydra")])
         base = OmegaConf.masked_copy(self.config, [k for k in self.config if k != "hydra"])
         merged = OmegaConf.merge(base, body)
-        problem = unknown_key_message(choice, base, merged, own="dataset")
+        problem = unknown_key_message(choice, base, merged, own="dataset", file=_file_of(result, f"dataset/{name}"))
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)
@@ -171,6 +174,7 @@ class GridSweeper(Sweeper):
                 and "hydra" not in result.config
             )
             cache[name] = result.config if plain else None
+            self._files[f"fault/{name}"] = _file_of(result, f"fault/{name}")
         return cache[name]
 
     def _plain(self, overrides: list[str]) -> dict:
@@ -218,6 +222,12 @@ def _application(full: DictConfig) -> DictConfig:
     application = OmegaConf.masked_copy(full, [key for key in full if key != "hydra"])
     OmegaConf.set_struct(application, True)  # as Hydra has it: overriding a missing key is an error
     return application
+
+
+def _file_of(result, config_path: str) -> str | None:
+    """The file a config was loaded from, when it came from a folder (Hydra names its source, not the file)."""
+    source = getattr(result, "path", "") or ""
+    return f"{source.removeprefix('file://')}/{config_path}.yaml" if source.startswith("file://") else None
 
 
 def _choices(value: str) -> list[str]:
