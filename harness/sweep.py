@@ -147,7 +147,8 @@ def run_cells(
     Returns the count of outcomes by status: ok, failed, skipped (device missing), done (not rerun),
     duplicate (a cell whose recipe another job of this sweep already has) and elsewhere (another sweep holds
     the cell's lock); "interrupted" is 1 after Ctrl-C, which ends the sweep with its summary all the same.
-    A records folder that cannot be written prints one line and raises SystemExit(2) before any cell runs.
+    A records folder that cannot be written, or a dataset of a cell to run that cannot be split, prints one line
+    each and raises SystemExit(2) before any cell runs.
     """
     started = time.perf_counter()
     sweep = _Sweep()
