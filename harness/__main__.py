@@ -4,16 +4,12 @@ See `make help`. The Hydra entry stays thin: a launcher may pickle it for every 
 """
 
 import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from harness.cli import check_command_line, searchpath_override, split_arguments
-from harness.records import check_writable
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # hydra_entry's config_path, as a folder
+from harness.cli import check_command_line, split_arguments
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -30,29 +26,6 @@ def hydra_entry(cfg):
     return outcome
 
 
-def single_run_records(flags: list[str], overrides: list[str], config_dirs: list) -> str | None:
-    """The records folder of a one-cell run, or None for a sweep (run_cells checks its folders itself).
-
-    Hydra creates its run folder inside the records folder before the task starts, and reports a folder it
-    cannot create with a traceback; so a one-cell run's folder is composed and tried here first (0.2 s).
-    """
-    if any(f in flags for f in ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-path")):
-        return None  # a sweep, or another primary config: Hydra and run_cells have the last word
-    if any(o.lstrip("+").startswith("sweep=") for o in overrides):
-        return None  # a named grid (conf/sweep/): a sweep, whose folders run_cells tries; spares a composition
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    searchpath = searchpath_override(config_dirs)
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[*searchpath, *overrides], return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException):
-        return None  # a sweep override (seed=0,1) or the like: Hydra reports it as it runs
-    return None if cfg.hydra.mode == RunMode.MULTIRUN else str(cfg.run.records)
-
-
 def main() -> None:
     problem = check_command_line(sys.argv[1:])
     if problem:
@@ -61,12 +34,7 @@ def main() -> None:
         sys.exit(2)
     # Flags first: Hydra's argument parser takes no override after a flag such as --config-dir, and
     # `make sweep ARGS="--config-dir extra/ fault=mine"` puts them after the grid's own overrides.
-    flags, overrides, config_dirs, inspecting = split_arguments(sys.argv[1:])
-    records = None if inspecting else single_run_records(flags, overrides, config_dirs)
-    reason = records and check_writable(records)
-    if reason:
-        print(f"error: records folder {records} cannot be written: {reason}", file=sys.stderr)
-        sys.exit(2)
+    flags, overrides, _, _ = split_arguments(sys.argv[1:])
     sys.argv[1:] = flags + overrides
     try:
         hydra_entry()

@@ -147,7 +147,7 @@ def dataset_problem(name: str, features: np.ndarray, labels: np.ndarray, val_fra
     return None
 
 
-_LOADED: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}  # the loader's spec as YAML -> its data, or why not
+_LOADED: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}  # the dataset's spec as JSON -> its data, or why not
 
 
 def load_dataset(dataset_cfg: DictConfig) -> tuple[np.ndarray, np.ndarray]:

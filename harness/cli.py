@@ -15,11 +15,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, RangeSweep
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.checks import cell_problems, knob_problems
-from harness.records import planted
+from harness.records import check_writable, planted
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("fault", "dataset", "device", "model", "optimizer", "sweep")
@@ -96,6 +97,11 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     return f"malformed YAML in {name}:{mark.line + 1}:{mark.column + 1}: {what}"
 
 
+def choices(value: str) -> list[str]:
+    """The options of one group choice: `a` or `[a,b]` (two faults at once)."""
+    return [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
+
+
 def unknown_option(group: str, values: list[str], config_dirs: list[Path]) -> str | None:
     """`unknown <group> <name>; valid choices: ...` for the first of `values` that is no option of `group`.
 
@@ -104,7 +110,7 @@ def unknown_option(group: str, values: list[str], config_dirs: list[Path]) -> st
     if group not in GROUPS:
         return None
     valid = group_options(group, config_dirs)
-    unknown = [o for v in values for o in (x.strip() for x in v.strip("[]").split(",")) if o not in valid]
+    unknown = [o for v in values for o in choices(v) if o not in valid]
     return f"unknown {group} {unknown[0]!r}; valid choices: {', '.join(valid)}" if unknown else None
 
 
@@ -147,7 +153,7 @@ def unknown_key_message(
 def option_file(option: str, config_dirs: list[Path]) -> Path | None:
     """The YAML file of a group option such as `fault=typo` or `+sweep=smoke`; None for two at once or none found."""
     group, _, value = option.lstrip("+~").partition("=")
-    names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+    names = choices(value)
     if len(names) != 1:
         return None
     # Hydra looks in the primary config folder first, then in each --config-dir.
@@ -225,7 +231,9 @@ def _check_compositions(
 
     That catches unknown keys, wrong types, YAML errors, fault files that do not name themselves, keys a fault,
     dataset or sweep file sets that the recipe lacks, and knobs out of range. A single cell's dataset is loaded
-    and checked here too; a sweep's datasets are checked by the grid sweeper, while the workers start.
+    and checked here too, and its records folder tried (Hydra creates its run folder inside it before the task
+    starts, and reports a folder it cannot create with a traceback); a sweep's datasets and folders are checked
+    by `harness.sweep.run_cells`, for the cells it has left to run.
     """
     firsts = [values[0] for values in chosen.values()]
     trials = [firsts] + [
@@ -263,9 +271,13 @@ def _check_compositions(
                 problem = sweep_problem(option, hydra_node.sweeper, cfg, config_dirs)
                 if problem:
                     return problem
-        problems = knob_problems(cfg) if sweeping else cell_problems([cfg])
+        one_cell = not sweeping and hydra_node.mode != RunMode.MULTIRUN
+        problems = cell_problems([cfg]) if one_cell else knob_problems(cfg)
         if problems:
             return "\n".join(problems)
+        reason = check_writable(cfg.run.records) if one_cell else None
+        if reason:
+            return f"records folder {cfg.run.records} cannot be written: {reason}"
     return None
 
 

@@ -29,7 +29,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from harness.checks import knob_problems
-from harness.cli import unknown_key_message
+from harness.cli import choices, unknown_key_message
 
 
 @dataclass
@@ -121,7 +121,7 @@ class GridSweeper(Sweeper):
         """
         loader = self.hydra_context.config_loader
         faults = [g for g in groups if g.split("=", 1)[0] == "fault"]
-        contents = [self._fault_file(name) for g in faults for name in _choices(g.split("=", 1)[1])]
+        contents = [self._fault_file(name) for g in faults for name in choices(g.split("=", 1)[1])]
         if len(faults) != 1 or any(c is None for c in contents):
             return _application(loader.load_sweep_config(self.config, groups))
         others = (*tuple(g for g in groups if g not in faults), "~fault")
@@ -133,7 +133,7 @@ class GridSweeper(Sweeper):
             application.merge_with(content)
         OmegaConf.set_struct(application, True)
         # A key the recipe lacks is a misspelling: the cell would run healthy under the fault's label.
-        names = _choices(faults[0].split("=", 1)[1])
+        names = choices(faults[0].split("=", 1)[1])
         file = self._files.get(f"fault/{names[0]}") if len(names) == 1 else None
         problem = unknown_key_message(faults[0], cache[others], application, file=file)
         if problem:
@@ -228,11 +228,6 @@ def _file_of(result, config_path: str) -> str | None:
     """The file a config was loaded from, when it came from a folder (Hydra names its source, not the file)."""
     source = getattr(result, "path", "") or ""
     return f"{source.removeprefix('file://')}/{config_path}.yaml" if source.startswith("file://") else None
-
-
-def _choices(value: str) -> list[str]:
-    """The options of one group choice: `a` or `[a,b]`."""
-    return [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
 
 
 def _model_builds(values: dict) -> bool:
