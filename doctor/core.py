@@ -265,11 +265,10 @@ def _required_inputs(model: nn.Module) -> list[str]:
 
 
 def check_classification(model: nn.Module, batch) -> int:
-    """The number of classes C, or UnsupportedTask if the batch and the model's output are not classification."""
-    if not (
-        isinstance(batch, tuple | list) and len(batch) == 2 and torch.is_tensor(batch[0]) and torch.is_tensor(batch[1])
-    ):
-        raise UnsupportedTask(batch_problem(batch, "training"))
+    """The number of classes C, or UnsupportedTask if the model and its output are not classification.
+
+    `batch` is an (inputs, targets) pair of tensors: `checked` has made sure of that before the batch gets here.
+    """
     required = _required_inputs(model)
     if len(required) > 1:
         raise UnsupportedTask(
