@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor test test-all lint format bench bench-doctor bench-engines clean-runs
+.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs test test-all lint format bench bench-doctor bench-engines clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -32,7 +32,7 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed ## create .venv with torch (TORCH) and the project (runs again when pyproject.toml changes)
 
-sweep: setup ## run the grid SWEEP (default: 22 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
+sweep: setup ## run the grid SWEEP (default: 27 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
 	$(BIN)/python -m harness $(SWEEP_ARGS) $(ARGS)
 
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke
@@ -67,6 +67,9 @@ report: setup ## score the rules, naive rules, tree and forest on RUNS (and the 
 
 doctor: setup ## diagnose a recipe file: make doctor RECIPE=examples/cnn_no_zero_grad.py
 	$(BIN)/python -m doctor $(RECIPE)
+
+realbugs: setup ## the doctor on 20 real buggy Keras programs ported to PyTorch and their fixes, 5 seeds, beside the published tools (held out; about 15 minutes)
+	$(BIN)/python -m benchmarks.realbugs $(ARGS)
 
 test: setup ## run the fast tests (under 5 minutes on 2 cores)
 	$(BIN)/python -m pytest -q

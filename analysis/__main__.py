@@ -8,6 +8,7 @@ python -m analysis pairs [runs/pairs]      two faults at once: both, one or neit
 python -m analysis families [runs/families]  the rules on a CNN and a GRU
 python -m analysis devices [runs/devices]  the device study, its crossover table last
 python -m analysis rules                   the rules, what each feature is normalized by, the thresholds
+(the report also includes runs/realbugs/realbugs.md, written by `make realbugs`: python -m benchmarks.realbugs)
 """
 
 import argparse
@@ -26,6 +27,7 @@ DEFAULT_RECORDS = {
     "pairs": "runs/pairs",
     "families": "runs/families",
     "devices": "runs/devices",
+    "realbugs": "runs/realbugs",
 }
 
 
@@ -42,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
         if name in ("report", "pairs", "families"):
             sub.add_argument("--out", default="reports", help="report folder (default: reports)")
         if name == "report":
-            for study in ("zoo", "pairs", "families", "devices"):
+            for study in ("zoo", "pairs", "families", "devices", "realbugs"):
                 default = DEFAULT_RECORDS[study]
                 sub.add_argument(f"--{study}", default=default, help=f"{study} records for the report ({default})")
     commands.add_parser("rules", help="print the rules table (the README carries it)")
@@ -118,6 +120,7 @@ def run(args: argparse.Namespace, records) -> None:
             zoo=Path(args.zoo),
             pairs=Path(args.pairs),
             families=Path(args.families),
+            realbugs=Path(args.realbugs),
         )
         print(text)
 

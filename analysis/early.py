@@ -2,7 +2,8 @@
 
 Every cell keeps its measurements at 50, 100, 200, 400 and 600 steps (a shorter run is a prefix of a longer one
 with the same seed), so any records folder gives the short runs for free. At each budget the rules use the
-thresholds fitted for that budget, as the doctor does for a run of that length.
+thresholds fitted for that budget, as the doctor does for a run of that length. A healthy run cut at a budget
+where its own continuation did measurably better is scored as still_improving there (analysis/harm.py).
 """
 
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.features import at_budget, budgets_of
+from analysis.harm import label_stopped_early
 from analysis.rules import RULES, fitted_budgets, load_thresholds, verdicts
 from analysis.score import accuracy_lines, role
 
@@ -20,7 +22,7 @@ def accuracy_by_budget(records: pd.DataFrame) -> pd.DataFrame:
     fitted = fitted_budgets()
     rows = []
     for budget in budgets_of(records):
-        cut = at_budget(records, budget)
+        cut = label_stopped_early(at_budget(records, budget), records)
         thresholds = load_thresholds(budget) if budget in fitted else load_thresholds()
         correct = verdicts(cut, RULES, thresholds).verdict == cut.diagnosis
         table = pd.DataFrame({"dataset": cut.dataset, "family": cut.model, "correct": correct})

@@ -102,9 +102,12 @@ def _label_noise_z(m: Mapping) -> float:
 
 
 def _prior_shift(m: Mapping) -> float:
-    """The class most under-represented in training, against validation's mix; without validation, the rarest."""
-    shift = _get(m, "prior_shift")
-    return shift if not math.isnan(shift) else _get(m, "label_imbalance")
+    """The class most under-represented in training, against validation's mix; NaN without validation.
+
+    Without validation nothing tells a problem uneven by nature (most real data) from a training set that lost a
+    class: the raw training imbalance is no fault of its own, so the rule is not judged.
+    """
+    return _get(m, "prior_shift")
 
 
 def _val_loss_rise(m: Mapping) -> float:
@@ -115,6 +118,46 @@ def _val_loss_rise(m: Mapping) -> float:
     if not curve or not math.isfinite(final) or min(curve) <= 0:
         return math.nan
     return final / min(curve)
+
+
+def _finite_curve(m: Mapping, key: str) -> list[float]:
+    values = m.get(key)
+    return [float(v) for v in (values if values is not None else []) if v is not None and math.isfinite(v)]
+
+
+def _late_drop_share(m: Mapping) -> float:
+    """Share of the training loss's whole fall that came in the run's last stretch: high while still improving.
+
+    The loss is read as medians of tenths of the run (minibatch noise cancels): the first tenth, the tenth that
+    ends at 80%, and the last tenth. (80% - end) over (start - end). A run that has flattened out puts next to
+    nothing in its last fifth; one stopped while still falling puts a fifth or more. NaN when the loss did not
+    fall at all (nothing is improving) or the run is under 10 steps.
+    """
+    curve = _finite_curve(m, "train_loss_curve")
+    n = len(curve)
+    if n < 10:
+        return math.nan
+    w = max(1, n // 10)
+    start, end = float(np.median(curve[:w])), float(np.median(curve[-w:]))
+    before = float(np.median(curve[n - 3 * w : n - 2 * w]))
+    fall = start - end
+    if not fall > 0.05 * abs(start):
+        return math.nan
+    return (before - end) / fall
+
+
+def _steps_without_progress(m: Mapping) -> float:
+    """The largest update ratio, times the share of the first loss still left at the end (at most 1).
+
+    A rate too high takes large steps that do not bring the loss down (it diverges, oscillates or kills units); a
+    small network at a high rate that converges takes large steps too, and leaves little of its loss. A final
+    loss that is NaN or inf counts as no progress at all.
+    """
+    peak, first, final = _get(m, "update_ratio_peak"), _get(m, "first_loss"), _get(m, "final_train_loss")
+    if math.isnan(peak):
+        return math.nan
+    left = final / first if math.isfinite(final) and math.isfinite(first) and first > 0 else 1.0
+    return peak * min(max(left, 0.0), 1.0)
 
 
 def _memorize_at_1e3(m: Mapping) -> float:
@@ -173,6 +216,27 @@ FEATURES_LIST = [
         lambda m: _get(m, "output_prob_share"),
     ),
     Feature(
+        "output_spread",
+        "the output's standard deviation across a batch's examples over its RMS, after training",
+        "the output's own size: 0 exactly when every input gets the same output, at any scale",
+        False,
+        lambda m: _get(m, "output_spread"),
+    ),
+    Feature(
+        "target_reach_gap",
+        "share of the targets outside what the output can produce, with the inputs scaled up to 1000x",
+        "the targets themselves (a share): only for targets shaped like the output, not class indices",
+        False,
+        lambda m: _get(m, "target_reach_gap"),
+    ),
+    Feature(
+        "late_drop_share",
+        "share of the training loss's whole fall that came in the run's last fifth",
+        "the run's own fall and length: the same share on a 20-step and a 20 000-step run",
+        False,
+        _late_drop_share,
+    ),
+    Feature(
         "input_rms",
         "root mean square of the inputs",
         "the unit scale of standardized features, the scale every initialization assumes",
@@ -225,7 +289,7 @@ FEATURES_LIST = [
         "prior_shift",
         "the class most under-represented in training: its validation share over its training share",
         "validation's class mix: a problem that is uneven by nature is uneven in validation too (without"
-        " validation: the rarest training class's count)",
+        " validation: not judged)",
         True,
         _prior_shift,
     ),
@@ -242,6 +306,13 @@ FEATURES_LIST = [
         "the weights' own size: reads the step the optimizer takes, whatever its kind",
         True,
         lambda m: _get(m, "update_ratio_peak"),
+    ),
+    Feature(
+        "steps_without_progress",
+        "largest per-step median of update norm over weight norm, times the share of the first loss left at the end",
+        "the weights' own size and the run's own first loss: large steps that brought the loss down are no fault",
+        True,
+        _steps_without_progress,
     ),
     Feature(
         "update_ratio",
@@ -338,11 +409,17 @@ def feature_table(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def budgets_of(records: pd.DataFrame) -> list[int]:
-    """Every step budget some record has a snapshot at."""
-    found = set()
+    """Every step budget some record passed through (a snapshot before its end), and the longest run's end.
+
+    A run cut short on purpose (still_improving stops at 20, 60 or 150 steps) ends at its own length: that is
+    no budget the grid's runs were measured at, so it makes none (its snapshots at the grid's budgets count).
+    """
+    found, ends = set(), set()
     for snapshots in records.get("checkpoints", pd.Series(dtype=object)):
-        found.update(int(s["steps"]) for s in _list(snapshots))
-    return sorted(found)
+        steps = sorted(int(s["steps"]) for s in _list(snapshots))
+        found.update(steps[:-1])
+        ends.update(steps[-1:])
+    return sorted(found | ({max(ends)} if ends else set()))
 
 
 def _list(value) -> list:

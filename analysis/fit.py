@@ -10,6 +10,11 @@ threshold sits in the middle of that gap (the geometric middle for features that
 If firing on nothing is strictly better, the threshold lies beyond every value. Deterministic: the same records
 give the same file.
 
+A rule marked `budgeted=False` (still_improving, whose feature is normalized by the run's own length and
+whose fault is a run cut short) gets one threshold for every budget, fitted on the records as they ended. At
+a shorter budget a healthy run is then labeled as it was there: still_improving if its own continuation did
+measurably better (analysis/harm.py), healthy otherwise.
+
 Any slice of a grid can be fitted: a rule that cannot be fitted on the records at hand (its fault has no cell
 there, every such cell was already named by an earlier rule, or none has the rule's measurement) keeps a
 fallback threshold, the committed one (analysis/thresholds.json) unless the caller gives another (a shorter
@@ -25,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.features import FEATURES, at_budget, budgets_of, feature_table
-from analysis.harm import harmful
+from analysis.harm import harmful, label_stopped_early
 from analysis.rules import RULES, THRESHOLDS_FILE, Rule, load_thresholds
 
 TUNED_DATASET = "digits"  # the tuned real dataset; the generated zoo problems are tuned on too
@@ -107,13 +112,15 @@ def fit_thresholds(
     fallback: dict[str, float] | None = None,
     table: pd.DataFrame | None = None,
     kept: dict[str, str] | None = None,
+    fixed: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Thresholds for `rules`, fitted on these records (ok records, one budget) in rule order.
 
     A rule that cannot be fitted here keeps its `fallback` threshold (None: the committed threshold for the
     records' budget); `kept`, if given, receives why for each such rule. A rule with no threshold to keep is an
-    error (NothingToFit).
+    error (NothingToFit). `fixed` thresholds are taken as given (they still claim the records they fire on).
     """
+    fixed = fixed or {}
     keep = records.status == "ok"
     records = records[keep]
     table = feature_table(records) if table is None else table[keep]
@@ -124,7 +131,10 @@ def fit_thresholds(
     thresholds = {}
     for rule in rules:
         positive = records.loc[unclaimed, "diagnosis"] == rule.verdict
-        fitted = fit_stump(table.loc[unclaimed, rule.feature], positive, rule.above, FEATURES[rule.feature].log)
+        if rule.verdict in fixed:
+            fitted = fixed[rule.verdict]
+        else:
+            fitted = fit_stump(table.loc[unclaimed, rule.feature], positive, rule.above, FEATURES[rule.feature].log)
         if fitted is None:
             why = why_unfitted(records, table, unclaimed, rule)
             if rule.verdict not in fallback:
@@ -155,13 +165,18 @@ def fit_budgets(
     (the committed threshold at the longest budget itself); `kept[budget]` receives why.
     """
     result: dict[int, dict[str, float]] = {}
+    unbudgeted = [rule.verdict for rule in RULES if not rule.budgeted]
+    fixed = {}
+    if unbudgeted:  # fitted once, on the records as they ended, for every budget
+        ended = fit_thresholds(records, fallback=(fallback or {}).get(max(budgets_of(records), default=0)))
+        fixed = {verdict: ended[verdict] for verdict in unbudgeted}
     for budget in sorted(budgets_of(records), reverse=True):
-        cut = at_budget(records, budget)
+        cut = label_stopped_early(at_budget(records, budget), records)
         longest = result[max(result)] if result else None
         given = (fallback or {}).get(budget)
         fallback_here = given or longest
         reasons: dict[str, str] = {}
-        result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons)
+        result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons, fixed=fixed)
         if kept is not None:
             if given:
                 source = "the threshold given"

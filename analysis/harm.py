@@ -14,6 +14,10 @@ feed, model family, steps). The harm is read on what the fault costs:
   says: validation read with dropout on, a tenth of the batches with random labels, a loss handed
   probabilities. These count as harmful in every cell.
 A fault cell without a twin in the records counts as harmful.
+
+`label_stopped_early` reads harm the same way along one run: a healthy run cut at a shorter budget whose own
+continuation reached a measurably better validation accuracy was stopped while still improving, and that is
+its label at that budget (the fault still_improving plants by cutting the healthy recipe short).
 """
 
 import math
@@ -26,6 +30,34 @@ from analysis.rules import HEALTHY
 
 BY_DEFINITION = {"wrong_mode", "periodic_bad_batch", "double_softmax"}
 BY_TIME = {"starved_loader": 1.5}
+
+
+STILL_IMPROVING = "still_improving"
+
+
+def _tolerance(accuracy: float, n: int) -> float:
+    """How much lower an accuracy must be to count as harm: max(0.01, two binomial standard errors)."""
+    return max(0.01, 2 * math.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(n, 1)))
+
+
+def label_stopped_early(cut: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """`cut` (records at a budget, same index) with healthy runs that did measurably better later relabeled.
+
+    Relabeled: diagnosis `still_improving`, when the run as it ended reached a validation accuracy (R² for
+    regression targets) above the cut's by more than the harm tolerance.
+    """
+    if cut.empty or "final_val_acc" not in cut:
+        return cut
+    ended = records.loc[cut.index]
+    later = ended.steps > cut.steps
+    tolerance = [_tolerance(a, n) for a, n in zip(ended.final_val_acc, ended.n_val.fillna(1), strict=True)]
+    gained = (ended.final_val_acc - cut.final_val_acc).fillna(0) > tolerance
+    stopped = (cut.diagnosis == HEALTHY) & later & gained
+    if not stopped.any():
+        return cut
+    cut = cut.copy()
+    cut.loc[stopped, "diagnosis"] = STILL_IMPROVING
+    return cut
 
 
 def _twin_key(record: pd.Series) -> tuple:
@@ -62,6 +94,6 @@ def harmful(records: pd.DataFrame) -> pd.Series:
             result[index] = record.loop_s >= BY_TIME[record.diagnosis] * reference.loop_s
             continue
         accuracy, n = reference.final_val_acc, max(int(reference.n_val), 1)
-        tolerance = max(0.01, 2 * math.sqrt(max(accuracy * (1 - accuracy), 0.0) / n))
+        tolerance = _tolerance(accuracy, n)
         result[index] = bool(np.nan_to_num(accuracy - record.final_val_acc, nan=1.0) > tolerance)
     return result

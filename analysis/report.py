@@ -224,6 +224,21 @@ def pairs_section(folder: Path, out: Path, records: pd.DataFrame | None = None) 
     return text, pairs.accuracy_lines(counts)
 
 
+def realbugs_section(folder: Path) -> tuple[list[str], list[str]]:
+    """Real buggy programs beside the published tools: the table `make realbugs` wrote, and its lines.
+
+    The benchmark runs the doctor (benchmarks/realbugs/, on top of the analysis): the report only reads what it
+    wrote, so that nothing here imports the layer above.
+    """
+    title = "## Real bugs from real programs, beside the published tools"
+    table = folder / "realbugs.md"
+    if not table.exists():
+        return [title, "", f"No real-bug results in {folder}: `make realbugs` produces them.", ""], []
+    text = table.read_text()
+    lines = [line for line in (folder / "realbugs.lines").read_text().splitlines() if line.startswith("realbugs ")]
+    return [title, "", text, ""], lines
+
+
 def families_section(folder: Path, out: Path, records: pd.DataFrame | None = None) -> tuple[list[str], list[str]]:
     """Other model families (the report's part and its accuracy lines), where records exist."""
     from analysis import families
@@ -290,6 +305,7 @@ def build(
     zoo: Path | None = None,
     pairs: Path | None = None,
     families: Path | None = None,
+    realbugs: Path | None = None,
     early: bool = True,
 ) -> tuple[str, list[str]]:
     """Write report.md and its PNGs into `out`; return the text printed on the terminal and the accuracy lines."""
@@ -307,7 +323,9 @@ def build(
     early_text, early_lines = early_section(ok, out) if early else ([], [])
     pairs_text, pairs_lines = pairs_section(pairs, out) if pairs is not None else ([], [])
     families_text, families_lines = families_section(families, out) if families is not None else ([], [])
+    realbugs_text, realbugs_lines = realbugs_section(realbugs) if realbugs is not None else ([], [])
     lines = accuracy_lines(scores["accuracy"]) + zoo_lines + early_lines + pairs_lines + families_lines
+    lines += realbugs_lines
     skipped = records[records.status != "ok"]
 
     accuracy_table = scores["accuracy"].assign(score=lambda a: a.correct.astype(str) + "/" + a.total.astype(str))
@@ -399,6 +417,7 @@ def build(
         *early_text,
         *pairs_text,
         *families_text,
+        *realbugs_text,
         "## What these scores do not cover",
         "",
         "- At most two faults at once, and only pairs that set different keys of the recipe.",

@@ -33,6 +33,9 @@ class Rule:
     above: bool
     evidence: str  # filled with the run's measurements, its features, {value} and {threshold}
     next_step: str
+    # False: one threshold for every step budget, fitted on the records as they ended. For a feature that is
+    # normalized by the run's own length, where a healthy run cut short IS the fault (still_improving).
+    budgeted: bool = True
 
     def fires(self, value: float, threshold: float) -> bool:
         if math.isnan(value):
@@ -133,8 +136,8 @@ RULES = [
         verdict="class_imbalance",
         feature="prior_shift",
         above=True,
-        evidence="the class most under-represented in training is {value:.1f}x as frequent in validation (without"
-        " validation: the most frequent training class is that many times the rarest; threshold {threshold:.1f}x)",
+        evidence="the class most under-represented in training is {value:.1f}x as frequent in validation (threshold"
+        " {threshold:.1f}x)",
         next_step="reweight the loss (weight= in cross_entropy), resample the classes, and report per-class accuracy",
     ),
     Rule(
@@ -146,6 +149,35 @@ RULES = [
         next_step="inspect the batches at the logged steps (modulo the period): a corrupt shard, file or augmentation",
     ),
     Rule(
+        verdict="lr_too_high",
+        feature="steps_without_progress",
+        above=True,
+        evidence="the largest steps moved the weights by {update_ratio_peak:.1e} of their size while the loss ended at"
+        " {loss_left:.0%} of its first value: {value:.1e} (threshold {threshold:.1e})",
+        next_step="lower the learning rate 10x (or add warm-up)",
+    ),
+    Rule(
+        verdict="constant_output",
+        feature="output_spread",
+        above=False,
+        evidence="the model gives every input the same output: its spread across a batch is {value:.2g} of its"
+        " size (threshold {threshold:.2g}); the model's last module is {output_layer}",
+        next_step="look at the model's last layer: a softmax over one unit is always 1 and a ReLU on the output dies"
+        " at 0; end a classifier in logits (one unit with a sigmoid for two classes), a regression in a linear"
+        " layer",
+    ),
+    Rule(
+        verdict="unreachable_targets",
+        feature="target_reach_gap",
+        above=True,
+        evidence="{value:.0%} of the targets lie outside what the output can produce (after the loss's own softmax or"
+        " sigmoid, where it applies one), even with the inputs scaled 1000x (threshold {threshold:.0%}); the"
+        " model's last module is {output_layer}; the loss: {loss_kind}",
+        next_step="match the output activation and the loss to the targets: no activation and mean squared error for"
+        " regression, a sigmoid (BCEWithLogitsLoss) for 0/1 or multi-label targets, a softmax (cross_entropy) only for"
+        " one class per example; or rescale the targets into the output's range",
+    ),
+    Rule(
         verdict="lr_too_low",
         feature="update_ratio_peak",
         above=False,
@@ -153,11 +185,14 @@ RULES = [
         next_step="raise the learning rate 10x and watch the loss",
     ),
     Rule(
-        verdict="lr_too_high",
-        feature="update_ratio_peak",
+        verdict="still_improving",
+        feature="late_drop_share",
         above=True,
-        evidence="the largest steps moved the weights by {value:.1e} of their size (threshold {threshold:.1e})",
-        next_step="lower the learning rate 10x (or add warm-up)",
+        evidence="the loss was still falling when the run stopped: its last fifth brought {value:.0%} of its whole"
+        " fall (threshold {threshold:.0%})",
+        next_step="train longer (more epochs) and watch the validation loss; if that takes too long, raise the"
+        " learning rate",
+        budgeted=False,
     ),
     Rule(
         verdict="shuffled_labels",
@@ -315,6 +350,15 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
     ):
         value = measurements.get(key)
         fields[name] = math.nan if value is None else 1 - float(value)
+    layer = measurements.get("output_layer")
+    fields["output_layer"] = layer if isinstance(layer, str) and layer else "unknown"
+    first, final = measurements.get("first_loss"), measurements.get("final_train_loss")
+    try:
+        fields["loss_left"] = float(final) / float(first)
+    except (TypeError, ValueError, ZeroDivisionError):
+        fields["loss_left"] = math.nan
+    kind = measurements.get("loss_kind")
+    fields["loss_kind"] = kind if isinstance(kind, str) and kind else "unknown"
     steps = measurements.get("loss_spike_steps")
     fields["loss_spike_steps"] = list(steps) if steps is not None else []
     return fields
@@ -336,6 +380,8 @@ def diagnose(
     fields = _evidence_fields(measurements, values)
     findings = []
     for rule in rules:
+        if rule.verdict not in thresholds:  # a thresholds file older than the rule: the rule is not judged
+            continue
         value, threshold = values[rule.feature], thresholds[rule.verdict]
         if rule.fires(value, threshold):
             evidence = rule.evidence.format(**fields, value=value, threshold=threshold)
@@ -356,7 +402,10 @@ def verdicts(
     thresholds = load_thresholds() if thresholds is None else thresholds
     table = feature_table(records) if table is None else table
     fired = pd.DataFrame(
-        {rule.verdict: [rule.fires(v, thresholds[rule.verdict]) for v in table[rule.feature]] for rule in rules},
+        {
+            rule.verdict: [rule.fires(v, thresholds.get(rule.verdict, math.nan)) for v in table[rule.feature]]
+            for rule in rules
+        },
         index=records.index,
     )
     names = [rule.verdict for rule in rules]

@@ -9,7 +9,8 @@ Exit status:
      the verdict nonfinite_loss
   2  the doctor cannot judge this run, said in one line `error: ...`: the recipe file is missing or lacks a
      required name, the batches are not (inputs, targets) pairs of tensors (dict batches, several inputs),
-     the model's forward takes several inputs, the task is not classification, or the doctor saw no batch
+     the model's forward takes several inputs, the targets fit no output (class indices, one-hot, binary,
+     multi-label and regression targets are covered), or the doctor saw no batch
   3  the recipe's own code raised an exception (a syntax error, an error in its model, loss or data code):
      its traceback is printed on standard error, from the recipe's own frames where there are any (a
      traceback through the doctor's frames alone is a bug in the doctor: please report it)

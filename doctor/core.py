@@ -17,10 +17,12 @@ analysis.rules into the verdict, with the thresholds fitted for the step budget 
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py). Nothing here knows
 what fault, if any, is planted.
 
-What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does not
-cover): batches must be (inputs, targets) pairs of tensors, the model called as model(inputs), the task
-classification with (batch, C) logits. Exceptions raised by the user's own model, loss or data code pass through
-unchanged.
+The task is read from the first batch's targets and the model's output (harness/targets.py): class indices
+with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, or regression
+targets shaped like the output. What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for
+a batch, model or task it does not cover): batches must be (inputs, targets) pairs of tensors, the model called
+as model(inputs), the targets one of those tasks. Exceptions raised by the user's own model, loss or data code
+pass through unchanged.
 """
 
 import inspect
@@ -38,7 +40,9 @@ from doctor.machine import bigger_machine
 from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, example_rows, memorize
+from harness.reference import EMPTY as REFERENCE_EMPTY
 from harness.reference import reference_fit
+from harness.targets import TaskError, class_labels, task_of
 
 
 class CannotJudge(Exception):
@@ -49,6 +53,7 @@ class UnsupportedTask(CannotJudge, ValueError):
     """The batches, model or task are not the ones the doctor covers: its rules would give a wrong verdict."""
 
 
+RECENT_EXAMPLES = 256  # training accuracy is measured on at least this many of the last examples trained on
 PAIRS = "the doctor supports batches that are (inputs, targets) pairs of tensors"
 
 
@@ -73,8 +78,13 @@ class Doctor:
         self.validation, self.model_factory = validation, model_factory
         self.instruments = Instruments(model, optimizer, loss_fn, census_every)
         self.nonfinite = NonFiniteWatch(model, self.instruments.named_params)
-        self.recent: deque = deque(maxlen=keep_batches)  # training batches kept to measure training accuracy
+        # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
+        # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy).
+        self.recent: deque = deque()
+        self.keep_batches, self._recent_examples = keep_batches, 0
         self.n_classes: int | None = None
+        self.task: str | None = None
+        self.uninformed_loss = math.nan  # the loss of a guess that ignores the inputs (ln C for classes)
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
@@ -92,11 +102,21 @@ class Doctor:
         """Yield the batches, timing the wait for each; each is checked for its shape, the first for the task."""
         for batch in self.instruments.watch(checked(batches, "training")):
             if self.n_classes is None:
-                self.n_classes = check_classification(self.model, batch)
+                self.task, self.n_classes, self.uninformed_loss = check_task(self.model, batch)
                 if self.validation is not None:
-                    self.val_start = evaluate(self.model, self.loss_fn, checked(self.validation, "validation"))
-            self.recent.append(batch)
+                    self.val_start = evaluate(
+                        self.model, self.loss_fn, checked(self.validation, "validation"), task=self.task
+                    )
+            self._remember(batch)
             yield batch
+
+    def _remember(self, batch) -> None:
+        self.recent.append(batch)
+        self._recent_examples += len(batch[1])
+        while (
+            len(self.recent) > self.keep_batches and self._recent_examples - len(self.recent[0][1]) >= RECENT_EXAMPLES
+        ):
+            self._recent_examples -= len(self.recent.popleft()[1])
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
@@ -117,9 +137,9 @@ class Doctor:
                 "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
             )
         measured = self.instruments.finish()
-        train_loss, train_acc = evaluate(self.model, self.loss_fn, list(self.recent))
+        train_loss, train_acc = evaluate(self.model, self.loss_fn, list(self.recent), task=self.task)
         val_loss, val_acc = (
-            evaluate(self.model, self.loss_fn, checked(self.validation, "validation"))
+            evaluate(self.model, self.loss_fn, checked(self.validation, "validation"), task=self.task)
             if self.validation is not None
             else (math.nan, math.nan)
         )
@@ -130,7 +150,7 @@ class Doctor:
             "memorize_best_rate": math.nan,
         }
         if self.model_factory is not None and self.instruments.probe is not None:
-            x, y = self.recent[0][0][:16], self.recent[0][1][:16]
+            x, y = _first_examples(self.recent, 16)
             if x.is_floating_point():  # NaN or inf examples cannot be fitted: leave them out, say so if none is left
                 finite = torch.isfinite(x.reshape(len(x), -1)).all(dim=1)
                 x, y = x[finite], y[finite]
@@ -143,17 +163,17 @@ class Doctor:
                 self.unmemorized = "every example it would fit holds NaN or inf"
         kept = self.instruments.kept_examples()
         held = (
-            _examples(checked(self.validation, "validation"), self.instruments.keep_examples)
+            _examples(checked(self.validation, "validation"), self.instruments.keep_examples, self.task)
             if self.validation is not None
             else None
         )
-        reference = reference_fit(*kept, *(held or (None, None))) if kept is not None else {}
+        reference = reference_fit(*kept, *(held or (None, None))) if kept is not None else dict(REFERENCE_EMPTY)
         return {
             **measured,
             **memorized,
             **reference,
             "n_classes": self.n_classes,
-            "ln_classes": math.log(self.n_classes),
+            "ln_classes": self.uninformed_loss,
             "final_train_loss": train_loss,
             "final_train_acc": train_acc,
             "final_val_loss": val_loss,
@@ -201,15 +221,33 @@ class Doctor:
         return self._report
 
 
-def _examples(batches: Iterable, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Up to `limit` (inputs, labels) of a validation iterable, inputs flattened to rows, on the CPU."""
+def _first_examples(batches: Iterable, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `n` (inputs, targets) of these batches, joined (batches shaped unlike the first are skipped)."""
+    xs, ys, have = [], [], 0
+    for x, y in batches:
+        if xs and (x.shape[1:] != xs[0].shape[1:] or y.shape[1:] != ys[0].shape[1:]):
+            continue
+        xs.append(x[: n - have])
+        ys.append(y[: n - have])
+        have += len(xs[-1])
+        if have >= n:
+            break
+    return torch.cat(xs), torch.cat(ys)
+
+
+def _examples(batches: Iterable, limit: int, task: str | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Up to `limit` (inputs, class labels) of a validation iterable, inputs flattened to rows, on the CPU.
+
+    None when the task has no class labels (multi-label, regression) or a batch is not one input tensor.
+    """
     xs, ys, n = [], [], 0
     for batch in batches:
         rows = example_rows(batch, limit - n)
-        if rows is None:
+        labels = class_labels(rows[1], task) if rows is not None else None
+        if labels is None:
             return None
         xs.append(rows[0])
-        ys.append(rows[1])
+        ys.append(labels)
         n += len(rows[1])
         if n >= limit:
             break
@@ -264,9 +302,12 @@ def _required_inputs(model: nn.Module) -> list[str]:
     return [p.name for p in parameters if p.kind in positional and p.default is inspect.Parameter.empty]
 
 
-def check_classification(model: nn.Module, batch) -> int:
-    """The number of classes C, or UnsupportedTask if the model and its output are not classification.
+def check_task(model: nn.Module, batch) -> tuple[str, int, float]:
+    """The task of the first batch (harness/targets.py), its classes (or outputs), and an uninformed guess's loss.
 
+    The uninformed loss: ln C for classes, ln 2 per binary target, the targets' variance for regression.
+
+    UnsupportedTask if the model takes several inputs or its output and the targets make no task the doctor covers.
     `batch` is an (inputs, targets) pair of tensors: `checked` has made sure of that before the batch gets here.
     """
     required = _required_inputs(model)
@@ -276,23 +317,22 @@ def check_classification(model: nn.Module, batch) -> int:
             " as model(inputs); models of several inputs are not supported yet"
         )
     x, y = batch[0], batch[1]
-    if y.is_floating_point() or y.dim() != 1:
-        raise UnsupportedTask(
-            f"targets of shape {tuple(y.shape)} and type {y.dtype}: the doctor covers classification with one class "
-            "index per example; regression and sequence targets are not supported yet"
-        )
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        out = model(x[:2].to(next(model.parameters()).device))
+        out = model(x.to(next(model.parameters()).device))
     model.train(was_training)
-    if not torch.is_tensor(out) or out.dim() != 2 or out.shape[1] < 2:
-        shape = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
-        raise UnsupportedTask(
-            f"model output {shape}: the doctor covers classification with (batch, C) logits; sequence models and "
-            "other outputs are not supported yet"
-        )
-    return int(out.shape[1])
+    if not torch.is_tensor(out):
+        raise UnsupportedTask(f"the model returned a {type(out).__name__}: the doctor reads one output tensor")
+    try:
+        task = task_of(y, out)
+    except TaskError as error:
+        raise UnsupportedTask(str(error)) from None
+    if task in ("multiclass", "onehot"):
+        return task, int(out.shape[1]), math.log(out.shape[1])
+    if task in ("binary", "multilabel"):
+        return task, 2 if task == "binary" else int(out[0].numel()), math.log(2)
+    return task, int(out[0].numel()), float(y.detach().double().var()) if y.numel() > 1 else math.nan
 
 
 def cycle(batches: Callable[[], Iterable] | Iterable) -> Iterator:

@@ -10,10 +10,12 @@ A recipe file defines
     train(Doctor)        -> runs the user's own loop with the doctor's three lines and returns the doctor
                             (optional: without it the doctor runs its probe loop on the pieces above)
 
-The doctor covers classification: targets are one class index per example, the model's output (batch, C) logits.
-Dict batches, several inputs per batch or a forward taking several tensors are refused (exit status 2), as is a
-recipe that lacks a required name (RecipeError). An exception raised by the recipe's own code (a syntax error,
-an error in its model, loss or data) is the user's, and passes through with its traceback (exit status 3).
+The task is read from the targets and the model's output: class indices with (batch, C) logits, one-hot rows,
+0/1 targets with one output unit, multi-label rows, or regression targets shaped like the output. Targets that fit
+no output, dict batches, several inputs per batch or a forward taking several tensors are refused (exit status
+2), as is a recipe that lacks a required name (RecipeError). An exception raised by the recipe's own code (a
+syntax error, an error in its model, loss or data) is the user's, and passes through with its traceback (exit
+status 3).
 """
 
 import functools

@@ -23,10 +23,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
 from harness.data import RelativeStall, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments, memorize
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
+from harness.reference import EMPTY as NO_REFERENCE
 from harness.reference import reference_fit
 from harness.timing import DeviceClock, NoClock
 
@@ -53,6 +55,23 @@ def resolve_device(name: str) -> torch.device:
     raise ValueError(f"unknown device {name!r}: choose cpu or cuda")
 
 
+def encode_targets(labels: torch.Tensor, n_classes: int, encoding: str) -> torch.Tensor:
+    """The class labels as the loop hands them to the loss: indices, one-hot rows, or one-hot rows in -1/+1."""
+    if encoding == "index":
+        return labels
+    if encoding not in TARGET_ENCODINGS:
+        raise ValueError(f"unknown data.targets {encoding!r}: choose {', '.join(TARGET_ENCODINGS)}")
+    onehot = nn.functional.one_hot(labels, n_classes).float()
+    return onehot if encoding == "onehot" else 2 * onehot - 1  # pm_one: the -1/+1 coding of margin losses
+
+
+def loss_function(name: str) -> nn.Module:
+    """The grid's loss: cross_entropy (on logits, class indices or probability rows) or mse (on the output)."""
+    if name not in LOSS_NAMES:
+        raise ValueError(f"unknown loop.loss {name!r}: choose {', '.join(LOSS_NAMES)}")
+    return nn.CrossEntropyLoss() if name == "cross_entropy" else nn.MSELoss()
+
+
 def budgets(loop_cfg) -> list[int]:
     """The steps at which a snapshot of the measurements is taken: the budgets below the run's length, and its end."""
     return sorted({b for b in loop_cfg.budgets if 0 < b < loop_cfg.steps} | {loop_cfg.steps})
@@ -71,7 +90,9 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     limit_s = cfg.run.time_limit_s
 
     data = load_splits(cfg.dataset, cfg.data, cfg.seed)
-    x_val, y_val = data.x_val.to(device), data.y_val.to(device)
+    encoding = cfg.data.targets
+    x_val, y_val = data.x_val.to(device), encode_targets(data.y_val, data.n_classes, encoding).to(device)
+    x_train, y_train = data.x_train.to(device), encode_targets(data.y_train, data.n_classes, encoding).to(device)
     spec = OmegaConf.to_container(cfg.model, resolve=True)
     spec.pop("name")
     make_model = partial(instantiate, spec, n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
@@ -81,12 +102,13 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     optimizer = instantiate(cfg.optimizer)(model.parameters())
     for group in optimizer.param_groups:
         group["lr"] *= cfg.loop.lr_scale  # the learning-rate faults: the optimizer's own rate off by a factor
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = loss_function(cfg.loop.loss)
     instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every) if instrumented else NoInstruments()
     clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
     stall = RelativeStall(cfg.data.batch_latency) if cfg.data.batch_latency > 0 else None
     batches = instruments.watch(
-        training_batches(
+        (x, encode_targets(y, data.n_classes, encoding))
+        for x, y in training_batches(
             data.x_train,
             data.y_train,
             min(cfg.data.batch_size, len(data.y_train)),
@@ -123,18 +145,18 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         if step % eval_every == 0 or step == steps:
             instruments.log_validation(step, *validate())
         if step in snapshot_at:  # the measurements as if the run stopped here (a shorter run is this prefix)
-            snapshots.append({**instruments.snapshot(), **final_scores(model, loss_fn, data, x_val, y_val)})
+            snapshots.append({**instruments.snapshot(), **final_scores(model, loss_fn, x_train, y_train, x_val, y_val)})
         check()
     measurements = {**instruments.finish(), **clock.finish()}
     if not instrumented:
-        snapshots = [final_scores(model, loss_fn, data, x_val, y_val)]
+        snapshots = [final_scores(model, loss_fn, x_train, y_train, x_val, y_val)]
     kept = instruments.kept_examples() if instrumented else None
-    reference = reference_fit(kept[0], kept[1], data.x_val, data.y_val, seed=cfg.seed) if kept else {}
+    reference = reference_fit(kept[0], kept[1], data.x_val, data.y_val, seed=cfg.seed) if kept else dict(NO_REFERENCE)
     n = cfg.memorize.examples
     memorized = memorize(
         make_model,
         data.x_train[:n].to(device),
-        data.y_train[:n].to(device),
+        encode_targets(data.y_train[:n], data.n_classes, encoding).to(device),
         loss_fn,
         rates=cfg.memorize.rates,
         steps=cfg.memorize.steps,
@@ -154,10 +176,9 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     }
 
 
-def final_scores(model: nn.Module, loss_fn, data, x_val, y_val) -> dict:
-    """Loss and accuracy on the whole training split and on validation, in eval mode."""
-    device = x_val.device
-    train_loss, train_acc = evaluate(model, loss_fn, [(data.x_train.to(device), data.y_train.to(device))])
+def final_scores(model: nn.Module, loss_fn, x_train, y_train, x_val, y_val) -> dict:
+    """Loss and score (accuracy; R² for targets that are not classes) on the whole training split and validation."""
+    train_loss, train_acc = evaluate(model, loss_fn, [(x_train, y_train)])
     val_loss, val_acc = evaluate(model, loss_fn, [(x_val, y_val)])
     return {
         "final_train_loss": train_loss,

@@ -20,6 +20,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 BATCH_KINDS = ("indexed", "dataloader")
+OUTPUTS = ("logits", "softmax", "relu", "sigmoid", "tanh")  # what the model's head hands to the loss (harness/model.py)
+TARGET_ENCODINGS = ("index", "onehot", "pm_one")  # how the loop hands the class labels to the loss (harness/cell.py)
+LOSS_NAMES = ("cross_entropy", "mse")  # the grid's loss functions (harness/cell.py)
 
 
 def _integer(value) -> bool:
@@ -80,7 +83,10 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "model.hidden": _POSITIVE_INTS,
     "model.dropout": _between(0, 1, False, True),
     "model.init_gain": _POSITIVE,
-    "model.output": ((lambda v: v in ("logits", "softmax")), "logits or softmax"),
+    "model.output": ((lambda v: v in OUTPUTS), ", ".join(OUTPUTS)),
+    "model.output_bias": ((lambda v: v is None or _number(v)), "a number or null"),
+    "data.targets": ((lambda v: v in TARGET_ENCODINGS), ", ".join(TARGET_ENCODINGS)),
+    "loop.loss": ((lambda v: v in LOSS_NAMES), ", ".join(LOSS_NAMES)),
     "model.activation": ((lambda v: v in ("relu", "tanh", "sigmoid")), "relu, tanh or sigmoid"),
 }
 

@@ -1,13 +1,21 @@
-"""Evaluation: mean loss and accuracy of a classifier over batches, without changing the model or its mode."""
+"""Evaluation: mean loss and score of a model over batches, without changing the model or its mode.
+
+The score is accuracy for the classification tasks and R² for regression (harness/targets.py); the task is
+read from the first batch unless given.
+"""
 
 import math
 
 import torch
 from torch import nn
 
+from harness.targets import Scorer, task_of
 
-def evaluate(model: nn.Module, loss_fn, batches, eval_mode: bool = True) -> tuple[float, float]:
-    """Mean loss and accuracy over (x, y) batches, in eval mode on the model's device; its mode is restored.
+
+def evaluate(
+    model: nn.Module, loss_fn, batches, eval_mode: bool = True, task: str | None = None
+) -> tuple[float, float]:
+    """Mean loss and score over (x, y) batches, in eval mode on the model's device; its mode is restored.
 
     eval_mode=False evaluates in whatever mode the model is in: the fault of validating with dropout on.
     """
@@ -15,13 +23,16 @@ def evaluate(model: nn.Module, loss_fn, batches, eval_mode: bool = True) -> tupl
     was_training = model.training
     if eval_mode:
         model.eval()
-    total = loss_sum = hits = 0.0
+    total = loss_sum = 0.0
+    scorer = None
     with torch.no_grad():
         for batch in batches:
             x, y = batch[0].to(device), batch[1].to(device)
-            logits = model(x)
-            loss_sum += float(loss_fn(logits, y)) * len(y)
-            hits += float((logits.argmax(dim=1) == y).sum())
+            outputs = model(x)
+            if scorer is None:
+                scorer = Scorer(task or task_of(y, outputs))
+            loss_sum += float(loss_fn(outputs, y)) * len(y)
+            scorer.add(outputs, y)
             total += len(y)
     model.train(was_training)
-    return (loss_sum / total, hits / total) if total else (math.nan, math.nan)
+    return (loss_sum / total, scorer.value()) if total else (math.nan, math.nan)

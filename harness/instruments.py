@@ -29,12 +29,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.targets import (
+    SOFTMAX_LOSSES,
+    TaskError,
+    class_labels,
+    identify_loss,
+    output_reach,
+    output_spread,
+    task_of,
+    unreachable_share,
+)
+
 
 def _median(values: Iterable[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return median(finite) if finite else math.nan
 
 
+PROBE_EXAMPLES = 16  # the probe batch: the first batch, grown from the next ones when it is smaller (the grid's
+# smallest batch is 16, so its cells are probed on their first batch)
 SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
 MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
 
@@ -127,16 +140,17 @@ def periodicity(steps: list[int]) -> tuple[float, int]:
 
 
 def example_rows(batch, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The first `limit` examples of a batch as (inputs flattened to float rows, labels), on the CPU.
+    """The first `limit` examples of a batch as (inputs flattened to float rows, targets as given), on the CPU.
 
-    None unless the batch is classification: floating-point inputs and one integer class label per input.
+    None unless the inputs are one floating-point tensor with one target row per input; `class_labels`
+    (harness/targets.py) turns the targets into class indices where the task has them.
     """
     if len(batch) < 2:
         return None
     x, y = batch[0], batch[1]
-    if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() == 1):
+    if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() >= 1):
         return None
-    if y.is_floating_point() or len(x) != len(y):
+    if len(x) != len(y):
         return None
     take = min(len(y), limit)
     return x[:take].detach().reshape(take, -1).float().cpu(), y[:take].detach().cpu()
@@ -167,12 +181,18 @@ class Instruments:
         self.last_batch: tuple | None = None
         self.last_rng: tuple | None = None
         self.probe: torch.Tensor | None = None
+        self.probe_targets: torch.Tensor | None = None
+        self.task: str | None = None  # read from the first training forward (harness/targets.py)
+        self.loss_kind = "other"  # what the loss computes, named on the first training forward
         self.input_rms = math.nan
         self.label_counts: torch.Tensor | None = None
+        self.label_positives: torch.Tensor | None = None  # multi-label: how often each label is 1
+        self.label_rows = 0
         self._pending_labels: list[torch.Tensor] = []  # counted in bulk: a bincount per step costs more than it says
         self._spikes_found: list[int] = []  # the spikes of the first `_spikes_upto` losses, measured already
         self._spikes_upto = 0
         self.init_census: dict = {}
+        self._init_state: dict | None = None  # the weights at the first step, while a small probe grows
         self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
         self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
         self.has_modes = any(isinstance(m, MODE_DEPENDENT) for m in model.modules())
@@ -208,8 +228,10 @@ class Instruments:
             self.wait_s += time.perf_counter() - start
             self.last_batch = batch
             if self.probe is None:
-                self.probe = batch[0]
+                self.probe, self.probe_targets = batch[0], batch[1]
                 self.input_rms = float(batch[0].detach().float().pow(2).mean().sqrt())
+            elif len(self.probe) < PROBE_EXAMPLES:
+                self._grow_probe(batch)
             self._count_labels(batch[1])
             self._keep(batch)
             if self.is_census_step(self.step + 1):
@@ -219,8 +241,36 @@ class Instruments:
                 self.last_rng = (torch.get_rng_state(), cuda)
             yield batch
 
+    def _grow_probe(self, batch) -> None:
+        """Small batches: the probe grows from the next batches to PROBE_EXAMPLES examples (of the same shape).
+
+        A unit "never active" on one example means nothing; the census at initialization waits for the probe,
+        on the weights as they were at the first step.
+        """
+        x, y = batch[0], batch[1]
+        if not (torch.is_tensor(x) and torch.is_tensor(y)) or x.shape[1:] != self.probe.shape[1:]:
+            return
+        if y.shape[1:] != self.probe_targets.shape[1:] or y.dtype != self.probe_targets.dtype:
+            return
+        room = PROBE_EXAMPLES - len(self.probe)
+        self.probe = torch.cat([self.probe, x[:room].detach()])
+        self.probe_targets = torch.cat([self.probe_targets, y[:room].detach()])
+        if len(self.probe) >= PROBE_EXAMPLES and self._init_state is not None:
+            self._census_at_init()
+
+    def _census_at_init(self) -> None:
+        """The activation census on the initial weights, put back for the census and then replaced by today's."""
+        initial, self._init_state = self._init_state, None
+        with torch.no_grad():
+            now = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.model.load_state_dict(initial)  # in place: the optimizer keeps its references
+            try:
+                self.init_census = self._activation_census()
+            finally:
+                self.model.load_state_dict(now)
+
     def _keep(self, batch) -> None:
-        """Keep the first `keep_examples` examples (floating-point inputs, integer class labels) for the reference."""
+        """Keep the first `keep_examples` examples (floating-point inputs and their targets) for the reference."""
         if self.n_kept >= self.keep_examples:
             return
         rows = example_rows(batch, self.keep_examples - self.n_kept)
@@ -231,28 +281,45 @@ class Instruments:
     def kept_examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
 
-        A small training set comes round again every epoch: each example counts once. None if none was kept.
+        A small training set comes round again every epoch: each example counts once. Targets are class indices;
+        None if none was kept or the task has no classes (multi-label, regression: no reference fit).
         """
         if not self.kept:
             return None
-        x, y = torch.cat([x for x, _ in self.kept]), torch.cat([y for _, y in self.kept])
+        try:
+            x, y = torch.cat([x for x, _ in self.kept]), class_labels(torch.cat([y for _, y in self.kept]), self.task)
+        except (RuntimeError, ValueError):  # targets of different shapes from batch to batch
+            return None
+        if y is None or len(y) != len(x):
+            return None
         _, first = np.unique(torch.cat([x, y.unsqueeze(1).float()], dim=1).numpy(), axis=0, return_index=True)
         order = torch.from_numpy(np.sort(first))
         return x[order], y[order]
 
     def _count_labels(self, labels) -> None:
-        """Running count of each class among the labels the loop trains on (integer class targets only)."""
-        if not (torch.is_tensor(labels) and labels.dim() == 1 and not labels.is_floating_point()) or not len(labels):
+        """Running count of each class among the targets the loop trains on (per label for multi-label targets)."""
+        if not (torch.is_tensor(labels) and labels.dim() >= 1) or not len(labels):
             return
         self._pending_labels.append(labels.detach())
-        if len(self._pending_labels) >= 64:
+        if len(self._pending_labels) >= 64 and self.task is not None:
             self._flush_labels()
 
     def _flush_labels(self) -> None:
-        if not self._pending_labels:
+        if not self._pending_labels or self.task is None:
             return
-        labels = torch.cat(self._pending_labels)
-        self._pending_labels = []
+        pending, self._pending_labels = self._pending_labels, []
+        if self.task == "multilabel":
+            rows = torch.cat([t.reshape(len(t), -1).float() for t in pending])
+            positives = rows.sum(dim=0)
+            self.label_positives = positives if self.label_positives is None else self.label_positives + positives
+            self.label_rows += len(rows)
+            return
+        try:
+            labels = class_labels(torch.cat(pending), self.task)
+        except (RuntimeError, ValueError):
+            return
+        if labels is None or not len(labels) or int(labels.min()) < 0:
+            return
         counts = torch.bincount(labels, minlength=0 if self.label_counts is None else len(self.label_counts))
         if self.label_counts is not None and len(counts) > len(self.label_counts):
             self.label_counts = torch.nn.functional.pad(self.label_counts, (0, len(counts) - len(self.label_counts)))
@@ -272,12 +339,24 @@ class Instruments:
     def _after_forward(self, _model, _inputs, output) -> None:
         if self._own_forward or not torch.is_grad_enabled() or not self.is_census_step(self.step + 1):
             return
+        if self.task is None and self.last_batch is not None and len(self.last_batch) > 1:
+            self._read_task(output, self.last_batch[1])
         if torch.is_tensor(output) and output.dim() == 2 and output.shape[1] > 1:
-            # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied.
+            # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied. That is
+            # a double softmax only for a loss that applies a softmax of its own (not MSE on a Keras-style output).
             out = output.detach().float()
             rows = (out.min(dim=1).values >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
-            self.output_prob.append(float(rows.float().mean()))
+            self.output_prob.append(float(rows.float().mean()) if self.loss_kind in SOFTMAX_LOSSES else 0.0)
             self._disagreement(out if bool(rows.all()) else out.softmax(dim=1))
+
+    def _read_task(self, output, targets) -> None:
+        """The task and the loss, from the first training forward's output and its batch's targets."""
+        try:
+            self.task = task_of(targets, output)
+        except TaskError:
+            self.task = "unknown"
+            return
+        self.loss_kind = identify_loss(self.loss_fn, output.detach(), targets.to(output.device))
 
     def _disagreement(self, probabilities: torch.Tensor) -> None:
         """Share of this batch's examples whose label the model contradicts: another class first, the label p < 0.1.
@@ -285,9 +364,10 @@ class Instruments:
         A model that has learned the rule but is fed some wrong labels still ranks the true class first and gives
         the wrong label almost nothing; a model that is merely unsure spreads its probability instead.
         """
-        labels = self.last_batch[1] if self.last_batch is not None and len(self.last_batch) > 1 else None
-        if not (torch.is_tensor(labels) and labels.dim() == 1 and not labels.is_floating_point()):
+        targets = self.last_batch[1] if self.last_batch is not None and len(self.last_batch) > 1 else None
+        if self.task not in ("multiclass", "onehot") or not torch.is_tensor(targets):
             return
+        labels = class_labels(targets, self.task)
         if len(labels) != len(probabilities) or int(labels.max()) >= probabilities.shape[1]:
             return
         labels = labels.to(probabilities.device)
@@ -302,8 +382,10 @@ class Instruments:
         self.losses.append(loss.detach())
         if self.step == 0:
             self.first_loss = float(loss.detach())
-            if self.probe is not None:
+            if self.probe is not None and len(self.probe) >= PROBE_EXAMPLES:
                 self.init_census = self._activation_census()
+            elif self.probe is not None:  # wait for more examples; keep the weights as they are (no update yet)
+                self._init_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         if self.is_census_step(self.step):
             self._census()
 
@@ -313,6 +395,35 @@ class Instruments:
             return activation_census(self.model, self._on_model_device(self.probe))
         finally:
             self._own_forward = False
+
+    def _output_checks(self) -> dict:
+        """What the output can do now, on the probe batch: how much it varies, and which targets it can reach."""
+        checks = {"output_spread": math.nan, "target_reach_gap": math.nan}
+        if self.probe is None or not self.probe.is_floating_point():
+            return checks
+        probe = self._on_model_device(self.probe)
+        was_training = self.model.training
+        self._own_forward = True
+        try:
+            self.model.eval()
+            with torch.no_grad():
+                out = self.model(probe)
+            if torch.is_tensor(out):
+                checks["output_spread"] = output_spread(out)
+            # Class indices are not output values: the reach means something only for targets shaped like the output.
+            if self.task in ("onehot", "binary", "multilabel", "regression"):
+                reach = output_reach(self.model, probe)
+                # What the loss compares with the targets is its own activation of the output, where it applies one:
+                # cross_entropy's softmax (rows that sum to 1), binary_cross_entropy_with_logits' sigmoid.
+                if self.loss_kind in SOFTMAX_LOSSES:
+                    reach = (0.0, 1.0, True)
+                elif self.loss_kind == "bce_logits":
+                    reach = (0.0, 1.0, reach[2])
+                checks["target_reach_gap"] = unreachable_share(self.probe_targets, *reach)
+        finally:
+            self.model.train(was_training)
+            self._own_forward = False
+        return checks
 
     def _on_model_device(self, tensor: torch.Tensor) -> torch.Tensor:
         device = next(self.model.parameters()).device
@@ -417,6 +528,8 @@ class Instruments:
         elapsed = time.perf_counter() - self.loop_start if self.loop_start is not None else math.nan
         losses = torch.stack(self.losses).double().cpu().tolist() if self.losses else []
         empty = {"dead": math.nan, "dead_layers": [], "saturated": math.nan, "growth": math.nan}
+        if self._init_state is not None:  # the loop ended before the probe grew: census on what there is
+            self._census_at_init()
         after = self._activation_census() if self.probe is not None else empty
         init = self.init_census or empty
         spike_steps = spikes(losses, found=self._spikes_found, start=self._spikes_upto)  # snapshots: extend, not redo
@@ -424,6 +537,13 @@ class Instruments:
         period, periodic = periodicity(spike_steps)
         self._flush_labels()
         counts = self.label_counts.double() if self.label_counts is not None else None
+        majority = float(counts.max() / counts.sum()) if counts is not None else math.nan
+        if self.task == "multilabel" and self.label_rows:
+            share = self.label_positives.double() / self.label_rows  # each label's prior: answer its majority value
+            majority = float(torch.maximum(share, 1 - share).mean())
+        elif self.task == "regression":
+            majority = 0.0  # the R² of always predicting the mean
+        outputs = self._output_checks()
         forwards = self.forwards
         never = (
             [all(c["missing"][i] for c in self.censuses) for i in range(len(self.named_params))]
@@ -458,7 +578,8 @@ class Instruments:
             "activation_growth_init": init["growth"],
             "input_rms": self.input_rms,
             "label_imbalance": float(counts.max() / counts.min().clamp(min=1)) if counts is not None else math.nan,
-            "majority_share": float(counts.max() / counts.sum()) if counts is not None else math.nan,
+            "majority_share": majority,
+            **outputs,
             "output_prob_share": _median(self.output_prob),
             # The later half of the run only: before it has learned anything a model disagrees with no label.
             "confident_disagreement": _median(d for step, d in self.disagreement if 2 * step >= self.step),
@@ -479,6 +600,9 @@ class Instruments:
         per_param = list(zip(*(c["norms"] for c in self.censuses), strict=True)) if self.censuses else []
         return {
             **scalars,
+            "task": self.task or "unknown",
+            "output_layer": last_module(self.model),
+            "loss_kind": self.loss_kind,
             "train_loss_curve": losses,
             "val_steps": [s for s, _, _ in self.validation],
             "val_loss_curve": [v for _, v, _ in self.validation],
@@ -496,6 +620,19 @@ class Instruments:
             "dead_unit_share_layers": after["dead_layers"],
             "loss_spike_steps": spike_steps,
         }
+
+
+def last_module(model: nn.Module) -> str:
+    """The model's last module without children, as `name (Type)`: where the output is produced.
+
+    Module order is registration order, which is the order of a Sequential; an activation applied as a function
+    in forward (torch.sigmoid) is not a module and is not named.
+    """
+    leaves = [(name, module) for name, module in model.named_modules() if not list(module.children())]
+    if not leaves:
+        return type(model).__name__
+    name, module = leaves[-1]
+    return f"{name or 'the model'} ({type(module).__name__})"
 
 
 class NoInstruments(Instruments):

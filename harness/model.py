@@ -15,7 +15,14 @@ import torch
 from torch import nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
-OUTPUTS = ("logits", "softmax")
+# What the head hands to the loss: its logits, or an activation applied after it (the output-activation faults).
+OUTPUTS = {
+    "logits": None,
+    "softmax": lambda z: z.softmax(dim=1),
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
 
 
 class MLP(nn.Module):
@@ -30,8 +37,11 @@ class MLP(nn.Module):
     frozen_layers: indices of hidden Linear layers whose parameters get requires_grad=False, as when a
         fine-tuning script freezes a backbone and never unfreezes it.
     dropout: probability of the Dropout after every hidden activation (0: none).
-    output: "logits", or "softmax" for a model that ends in a softmax although its loss,
-        `cross_entropy`, applies one itself (the double softmax).
+    output: "logits", or an activation after the head: "softmax" for a model that ends in a softmax although its
+        loss, `cross_entropy`, applies one itself (the double softmax); "relu", "sigmoid" or "tanh" for an
+        activation on the output layer, whose range the targets must lie in.
+    output_bias: if set, the head's biases start at this constant (with output "relu", a negative value leaves
+        every output at 0 for every input: the output can no longer depend on the input).
     width_per_class: if set, replaces `hidden` by one layer of max(1, round(width_per_class x n_classes))
         units: a bottleneck sized against the task (0.4 gives 4 units for 10 classes).
     """
@@ -48,6 +58,7 @@ class MLP(nn.Module):
         dropout: float = 0.0,
         output: str = "logits",
         width_per_class: float | None = None,
+        output_bias: float | None = None,
     ):
         super().__init__()
         if width_per_class is not None:
@@ -72,13 +83,17 @@ class MLP(nn.Module):
             blocks += [linear, ACTIVATIONS[activation]()]
             if dropout > 0:
                 blocks.append(nn.Dropout(dropout))
-        blocks.append(nn.Linear(widths[-1], n_classes))
+        head = nn.Linear(widths[-1], n_classes)
+        if output_bias is not None:
+            nn.init.constant_(head.bias, output_bias)
+        blocks.append(head)
         self.net = nn.Sequential(*blocks)
         self.output = output
+        self._activation = OUTPUTS[output]
 
     def forward(self, x):
         logits = self.net(x)
-        return logits.softmax(dim=1) if self.output == "softmax" else logits
+        return logits if self._activation is None else self._activation(logits)
 
 
 class SmallCNN(nn.Module):

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 5  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
-# 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget
+SCHEMA_VERSION = 6  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+# 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
+# loss's kind, the output's spread and reach
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -55,6 +56,13 @@ _COLUMNS = [
     ("n_train", _i64, "training examples"),
     ("n_val", _i64, "validation examples"),
     ("steps", _i64, "training steps the measurements rest on (backward passes seen)"),
+    ("task", _str, "multiclass, onehot, binary, multilabel or regression, read from targets and output"),
+    ("output_layer", _str, "the model's last module without children, `name (Type)`: where the output comes from"),
+    (
+        "loss_kind",
+        _str,
+        "what the loss computes, named from one batch: cross_entropy, nll, bce_logits, bce, mse, l1, other",
+    ),
     # first loss
     ("first_loss", _f64, "loss of the first batch, before any update"),
     ("ln_classes", _f64, "ln C: the first loss of a model that guesses uniformly"),
@@ -93,7 +101,17 @@ _COLUMNS = [
     ("input_rms", _f64, "root mean square of the first batch's inputs (standardized data: about 1)"),
     ("label_imbalance", _f64, "most frequent class over least frequent among the training labels seen"),
     ("majority_share", _f64, "share of the most frequent class among the training labels seen (the class prior)"),
-    ("output_prob_share", _f64, "median share of output rows that are already probabilities (softmax applied)"),
+    (
+        "output_prob_share",
+        _f64,
+        "median share of output rows that are probabilities, handed to a loss that applies a softmax",
+    ),
+    (
+        "output_spread",
+        _f64,
+        "std of the output over the probe batch's examples over its RMS (0: the same for every input)",
+    ),
+    ("target_reach_gap", _f64, "share of the probe batch's targets the output cannot produce (NaN for class indices)"),
     (
         "confident_disagreement",
         _f64,
@@ -165,6 +183,8 @@ CHECKPOINT_COLUMNS = [
     "label_imbalance",
     "majority_share",
     "output_prob_share",
+    "output_spread",
+    "target_reach_gap",
     "confident_disagreement",
     "confident_disagreement_peak",
     "train_in_eval_share",

@@ -91,7 +91,10 @@ PLANTED = {
     "class_imbalance": {"prior_shift": 20.0, "label_imbalance": 25.0},
     "periodic_bad_batch": {"periodic_spikes": 18, "loss_spike_period": 30.0, "loss_spike_steps": [59, 89, 119]},
     "lr_too_low": {"update_ratio_peak": 2e-5},
-    "lr_too_high": {"update_ratio_peak": 1.5},
+    "constant_output": {"output_spread": 0.0},
+    "unreachable_targets": {"target_reach_gap": 0.5, "task": "regression"},
+    "lr_too_high": {"update_ratio_peak": 1.5, "final_train_loss": 2.3},  # large steps, and the loss did not fall
+    "still_improving": {"train_loss_curve": [2.3] * 150 + [2.3 - 0.04 * t for t in range(50)]},
     "shuffled_labels": {"final_val_acc": 0.1, "final_train_acc": 0.45, "reference_val_acc": 0.11},
     "label_noise": {"reference_loo_acc": 0.7, "reference_knn_val_acc": 0.95, "final_train_acc": 0.75},
     "overfitting": {"final_val_acc": 0.55, "final_val_loss": 2.4, "final_train_loss": 0.001},

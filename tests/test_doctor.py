@@ -145,8 +145,8 @@ def test_a_dataloader_with_workers_and_a_batchnorm_cnn_work():
 
 
 def test_unsupported_tasks_are_refused_clearly():
-    regression = TensorDataset(torch.randn(32, 4), torch.randn(32))
-    with pytest.raises(UnsupportedTask, match="regression and sequence targets are not supported"):
+    regression = TensorDataset(torch.randn(32, 4), torch.randn(32, 3))  # three targets, one output
+    with pytest.raises(UnsupportedTask, match="make no task the doctor covers"):
         probe(
             lambda: nn.Linear(4, 1),
             lambda: DataLoader(regression, batch_size=8),

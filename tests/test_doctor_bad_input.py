@@ -318,13 +318,13 @@ REFUSED = {
         """,
         f"a validation batch is a dict (keys 'x', 'y'): {PAIRS}; dict batches are not supported yet",
     ),
-    "regression targets": (
+    "regression targets for two outputs": (
         """
         def batches():
             return [(X[i : i + 32], X[i : i + 32, 0]) for i in range(0, 256, 32)]
         """,
-        "targets of shape (32,) and type torch.float32: the doctor covers classification with one class index per"
-        " example; regression and sequence targets are not supported yet",
+        "targets (32,) (torch.float32) and model output (32, 2) make no task the doctor covers: class indices with"
+        " (batch, C) outputs, or targets of the output's shape (one-hot, binary, multi-label, regression)",
     ),
     "no batch at all": (
         """

@@ -1,0 +1,1 @@
+"""Benchmarks that are programs, not scripts: the real-bug subjects (benchmarks/realbugs/)."""

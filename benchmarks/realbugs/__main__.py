@@ -1,0 +1,326 @@
+"""`python -m benchmarks.realbugs` (`make realbugs`): the doctor on real buggy programs and their fixes.
+
+Every subject of subjects.csv (real Keras programs from Stack Overflow and GitHub, the benchmark the published
+tools are scored on) is a folder here with `buggy.py` and `fixed.py`, two doctor recipes; a folder with a
+NOT_PORTED.md instead is listed with its reason. Each recipe runs under the doctor with its own loop
+(`train(Doctor)`) over 5 seeds, one thread each, in parallel. Per subject it prints the doctor's verdicts on
+both programs and the ground truth, then the lines for scripts:
+
+    realbugs detection <c>/<n>      buggy not healthy AND fixed healthy (each the majority over the seeds)
+    realbugs diagnosis <c>/<n>      a finding on the buggy program names a true fault type (majority over seeds)
+    realbugs fixed-healthy <c>/<n>  the fixed program called healthy (majority over the seeds)
+
+and a table of these beside each published tool's figures on the same subjects. A finding names fault types
+through VERDICT_TYPES below (the papers' rule: at least one true type named counts as a diagnosis); every
+finding of the report counts, not only the first. The figures on these programs are held out: no threshold
+or rule was fitted or tuned on them (analysis/fit.py fits on digits and generated problems only).
+
+Results are cached per recipe, seed and content of the subject's files in the output folder (default
+runs/realbugs), so a second run only runs what changed; `--force` runs everything again. The output folder
+also gets `realbugs.md`, the table the report (`make report`) includes.
+"""
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SUBJECTS_FILE = HERE / "subjects.csv"
+VARIANTS = ("buggy", "fixed")
+TOOLS = ("umlaut", "autotrainer", "deeplocalize", "deepfd", "default")
+TOOL_NAMES = {
+    "umlaut": "UMLAUT",
+    "autotrainer": "AUTOTRAINER",
+    "deeplocalize": "DeepLocalize",
+    "deepfd": "DeepFD",
+    "default": "DEFault",
+}
+
+# Which of DeepFD's fault types (subjects.csv, deepfd_labels) each verdict names: the part of the program its
+# next step tells the user to change. Verdicts about the loop or the machine name none of them (Keras writes
+# the loop itself: no forgotten zero_grad, no train/eval switch, no data loader in these programs).
+VERDICT_TYPES: dict[str, tuple[str, ...]] = {
+    "lr_too_high": ("lr",),
+    "lr_too_low": ("lr",),
+    "still_improving": ("epoch",),
+    "constant_output": ("act",),  # the last layer's activation (a softmax over one unit, a dead ReLU output)
+    # The output's activation, or the one the loss applies itself (cross-entropy's softmax), cannot produce the
+    # targets: either the last layer or the loss is what to change.
+    "unreachable_targets": ("act", "loss"),
+    "double_softmax": ("act",),  # a softmax layer in front of a loss that applies its own
+    "unscaled_inputs": ("missing_prep",),
+    "dead_relu": ("act", "init"),
+    "saturated_activations": ("act", "init"),
+    "vanishing_gradients": ("act", "init"),
+    "exploding_gradients": ("init",),
+    "model_too_small": ("layers", "layer_props"),
+    "frozen_params": ("layer_props",),  # trainable=False is a layer's property
+    "overfitting": ("training_data_quality",),
+    "label_noise": ("training_data_quality",),
+    "shuffled_labels": ("training_data_quality",),
+    "class_imbalance": ("training_data_quality",),
+    "periodic_bad_batch": ("training_data_quality",),
+    "nonfinite_loss": (),  # where the NaN came from is in its evidence, not one fault type
+    "no_zero_grad": (),
+    "wrong_mode": (),
+    "starved_loader": (),
+    "healthy": (),
+}
+
+
+def subjects() -> list[dict]:
+    with SUBJECTS_FILE.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def not_ported(subject: str) -> str | None:
+    """Why a subject was not ported (the first sentence of its NOT_PORTED.md after the source), or None if it was."""
+    note = HERE / subject / "NOT_PORTED.md"
+    if not note.exists():
+        return None
+    paragraphs = [" ".join(p.split()) for p in note.read_text().split("\n\n") if p.strip() and not p.startswith("#")]
+    reasons = [p for p in paragraphs if not p.startswith("http")] or ["see NOT_PORTED.md"]
+    first = reasons[0].lstrip("0123456789. ")
+    return first.split(". ")[0].rstrip(".") + f" (benchmarks/realbugs/{subject}/NOT_PORTED.md)"
+
+
+def content_hash(folder: Path) -> str:
+    """A hash of the subject's files, the doctor's code and the thresholds.
+
+    A cached result is reused only for the same recipe, data, doctor and rules.
+    """
+    digest = hashlib.sha256()
+    root = HERE.parent.parent
+    code = [p for package in ("doctor", "harness", "analysis") for p in (root / package).rglob("*.py")]
+    files = [*folder.rglob("*"), *code, root / "analysis" / "thresholds.json", HERE / "kerasport.py"]
+    for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def run_one(subject: str, variant: str, seed: int) -> dict:
+    """One recipe under the doctor with one seed, in this process: its verdict and findings, or why there are none.
+
+    The runner's seed replaces whatever seed the original program fixed. Modules of the subject's folder are
+    dropped from sys.modules first, so that data generated at import time follows this seed (workers are reused).
+    """
+    import numpy as np
+    import torch
+
+    from doctor.core import CannotJudge
+    from doctor.recipe import load, run
+
+    folder = HERE / subject
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if file and Path(file).resolve().parent == folder:
+            del sys.modules[name]
+    torch.set_num_threads(1)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    result = {"subject": subject, "variant": variant, "seed": seed, "verdict": None, "findings": [], "error": None}
+    try:
+        report = run(load(folder / f"{variant}.py"))
+        result["verdict"] = report.verdict
+        result["findings"] = [f.verdict for f in report.findings]
+        result["evidence"] = [f.evidence for f in report.findings]
+    except CannotJudge as refused:
+        result["error"] = f"refused: {refused}"
+    except Exception as error:  # noqa: BLE001 - a recipe's own failure is a result of the benchmark, not a crash
+        result["error"] = f"{type(error).__name__}: {error}"[:500]
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def run_all(names: list[str], seeds: int, out: Path, jobs: int, force: bool) -> list[dict]:
+    """Every (subject, variant, seed) of `names`, from the cache where its folder has not changed."""
+    from joblib import Parallel, delayed
+
+    out.mkdir(parents=True, exist_ok=True)
+    todo, results = [], []
+    for subject in names:
+        digest = content_hash(HERE / subject)
+        for variant in VARIANTS:
+            for seed in range(seeds):
+                path = out / f"{subject}-{variant}-s{seed}-{digest}.json"
+                if path.exists() and not force:
+                    results.append(json.loads(path.read_text()))
+                else:
+                    todo.append((subject, variant, seed, path))
+    if todo:
+        print(f"running {len(todo)} recipes ({len(results)} cached) on {jobs} workers", file=sys.stderr)
+        fresh = Parallel(n_jobs=jobs, return_as="generator")(delayed(run_one)(s, v, seed) for s, v, seed, _ in todo)
+        for (_, _, _, path), result in zip(todo, fresh, strict=True):  # each written as it comes: a resume keeps it
+            temp = path.with_name("." + path.name)  # atomic: a reader never sees half a file
+            temp.write_text(json.dumps(result))
+            temp.replace(path)
+            results.append(result)
+    return results
+
+
+def types_named(findings: list[str]) -> set[str]:
+    return {t for verdict in findings for t in VERDICT_TYPES.get(verdict, ())}
+
+
+def majority(flags: list[bool]) -> bool:
+    return sum(flags) * 2 > len(flags)
+
+
+def summarize(rows: list[dict], results: list[dict]) -> list[dict]:
+    """Per subject: the verdicts on both programs, and whether it counts as detected, diagnosed, fixed healthy."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for result in results:
+        by_key.setdefault((result["subject"], result["variant"]), []).append(result)
+    summary = []
+    for row in rows:
+        subject, truth = row["subject"], set(row["deepfd_labels"].split())
+        reason = not_ported(subject)
+        entry = {"subject": subject, "truth": sorted(truth), "not_ported": reason, "row": row}
+        if reason is None:
+            buggy = sorted(by_key.get((subject, "buggy"), []), key=lambda r: r["seed"])
+            fixed = sorted(by_key.get((subject, "fixed"), []), key=lambda r: r["seed"])
+            flagged = [r["verdict"] is not None and r["verdict"] != "healthy" for r in buggy]
+            healthy = [r["verdict"] == "healthy" for r in fixed]
+            named = [bool(types_named(r["findings"]) & truth) for r in buggy]
+            entry.update(
+                buggy=buggy,
+                fixed=fixed,
+                refused=any(r["error"] for r in buggy + fixed),
+                flagged=majority(flagged),
+                fixed_healthy=majority(healthy),
+                diagnosed=majority(named),
+            )
+            entry["detected"] = entry["flagged"] and entry["fixed_healthy"]
+        summary.append(entry)
+    return summary
+
+
+def _verdicts(results: list[dict]) -> str:
+    """The seeds' verdicts, counted: `lr_too_low x4, healthy x1` (errors shown by kind)."""
+    counts: dict[str, int] = {}
+    for r in results:
+        key = r["verdict"] or (r["error"] or "error").split(":")[0]
+        if r["verdict"] and len(r["findings"]) > 1:
+            key += " (+" + ", ".join(r["findings"][1:]) + ")"
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def figures(summary: list[dict]) -> dict[str, tuple[int, int]]:
+    ported = [s for s in summary if s["not_ported"] is None]
+    n = len(summary)  # a subject not ported counts as missed: the figures are out of every subject listed
+    return {
+        "detection": (sum(s["detected"] for s in ported), n),
+        "diagnosis": (sum(s["diagnosed"] for s in ported), n),
+        "fixed-healthy": (sum(s["fixed_healthy"] for s in ported), n),
+    }
+
+
+def tool_figures(summary: list[dict]) -> dict[str, tuple[int, int, int]]:
+    """Each published tool's (detections, diagnoses, subjects it was scored on) on these subjects."""
+    result = {}
+    for tool in TOOLS:
+        scored = [s["row"] for s in summary if s["row"].get(f"{tool}_det", "") != ""]
+        result[tool] = (
+            sum(int(r[f"{tool}_det"]) for r in scored),
+            sum(int(r[f"{tool}_diag"]) for r in scored),
+            len(scored),
+        )
+    return result
+
+
+def markdown(summary: list[dict], seeds: int) -> str:
+    """The per-subject table and the comparison with the published tools, as the report includes them."""
+    lines = [
+        "Real buggy programs (held out: no threshold was fitted on them; the README says which rules changed after a"
+        f" first run on them), {seeds} seeds each, majority over seeds. Detection: the buggy program not called"
+        " healthy and the fixed one called healthy. Diagnosis: a finding on the buggy program names one of its true"
+        " fault types (benchmarks/realbugs/__main__.py, VERDICT_TYPES). A subject not ported counts as missed.",
+        "",
+        "| subject | true types | buggy: verdicts | fixed: verdicts | detected | diagnosed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        if s["not_ported"] is not None:
+            lines.append(f"| {s['subject']} | {' '.join(s['truth'])} | not ported: {s['not_ported']} | | no | no |")
+            continue
+        lines.append(
+            f"| {s['subject']} | {' '.join(s['truth'])} | {_verdicts(s['buggy'])} | {_verdicts(s['fixed'])} |"
+            f" {'yes' if s['detected'] else 'no'} | {'yes' if s['diagnosed'] else 'no'} |"
+        )
+    ours = figures(summary)
+    tools = tool_figures(summary)
+    lines += [
+        "",
+        "| tool | detection | diagnosis | fixed called healthy |",
+        "|---|---|---|---|",
+        f"| the doctor (this repository) | {ours['detection'][0]}/{ours['detection'][1]} |"
+        f" {ours['diagnosis'][0]}/{ours['diagnosis'][1]} | {ours['fixed-healthy'][0]}/{ours['fixed-healthy'][1]} |",
+    ]
+    for tool, (det, diag, n) in tools.items():
+        lines.append(f"| {TOOL_NAMES[tool]} (published) | {det}/{n} | {diag}/{n} | not reported |")
+    lines += [
+        "",
+        "The published figures are each tool's own results on these subjects, from DeepFD's and DEFault's evaluation"
+        ' sheets (benchmarks/realbugs/subjects.csv); their detection is "says something is wrong" on the buggy'
+        " program alone, a weaker test than ours, which also requires the fixed program to be called healthy.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.realbugs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per recipe (default 5)")
+    parser.add_argument("--subjects", help="comma-separated subjects to run (default: all of subjects.csv)")
+    parser.add_argument("--out", default="runs/realbugs", help="results folder (default runs/realbugs)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="parallel workers")
+    parser.add_argument("--force", action="store_true", help="run every recipe again, ignoring cached results")
+    args = parser.parse_args(argv)
+    rows = subjects()
+    if args.subjects:
+        wanted = args.subjects.split(",")
+        unknown = sorted(set(wanted) - {r["subject"] for r in rows})
+        if unknown:
+            valid = ", ".join(r["subject"] for r in rows)
+            print(f"error: unknown subject {', '.join(unknown)}: choose from {valid}", file=sys.stderr)
+            return 2
+        rows = [r for r in rows if r["subject"] in wanted]
+    ported = [r["subject"] for r in rows if not_ported(r["subject"]) is None]
+    results = run_all(ported, args.seeds, Path(args.out), args.jobs, args.force)
+    summary = summarize(rows, results)
+    for s in summary:
+        print(f"{s['subject']}  (true: {' '.join(s['truth'])})")
+        if s["not_ported"] is not None:
+            print(f"  not ported: {s['not_ported']}")
+            continue
+        print(f"  buggy: {_verdicts(s['buggy'])}")
+        print(f"  fixed: {_verdicts(s['fixed'])}")
+        for r in s["buggy"] + s["fixed"]:
+            if r["error"]:
+                print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
+        marks = [("detected", s["detected"]), ("diagnosed", s["diagnosed"]), ("fixed healthy", s["fixed_healthy"])]
+        print("  " + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in marks))
+    lines = [f"realbugs {name} {correct}/{total}" for name, (correct, total) in figures(summary).items()]
+    print("\n".join(lines))
+    table = markdown(summary, args.seeds)
+    (Path(args.out) / "realbugs.md").write_text(table)
+    (Path(args.out) / "realbugs.lines").write_text("\n".join(lines) + "\n")
+    print()
+    print(table.split("\n\n")[-2])
+    seconds = [r["seconds"] for r in results]
+    if seconds:
+        print(f"{len(seconds)} runs, median {sorted(seconds)[len(seconds) // 2]:.1f} s, longest {max(seconds):.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Targets: which task a batch's targets and the model's output make, how a model is scored on it, and the loss.
+
+The instruments and the doctor read the task from what the loop hands over, never from a label:
+
+| task         | targets                                        | output                 | score                  |
+|--------------|------------------------------------------------|------------------------|------------------------|
+| `multiclass` | integer class indices, shape (B,)              | (B, C >= 2)            | accuracy (argmax)      |
+| `onehot`     | float rows of 0/1 with exactly one 1, (B, C)   | (B, C)                 | accuracy (argmax)      |
+| `binary`     | 0/1 values, one per example ((B,) or (B, 1))   | one unit per example   | accuracy (threshold)   |
+| `multilabel` | float rows of 0/1, any number of 1s, (B, K>=2) | (B, K)                 | accuracy per label     |
+| `regression` | any other real values, as many as outputs      | as many as the targets | R² (1 - SSE / SST)     |
+
+A binary or multi-label output is read as probabilities when every value lies in [0, 1] (a sigmoid applied),
+else as logits (threshold 0). For regression the accuracy columns hold R², whose baseline (always predicting the
+mean) is 0, so that "skill above the baseline" means the same for every task. `class_labels` turns the targets of
+the three single-label tasks into class indices, so that the label counts, the class prior and the reference
+fit work for them as for class indices.
+
+`identify_loss` names the loss function by what it computes on one batch (so a lambda or a Keras-style
+function is named as well as an `nn.Module`): what the loss assumes the output is, and whether it applies its
+own softmax (then probabilities handed to it are a double softmax).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+TASKS = ("multiclass", "onehot", "binary", "multilabel", "regression")
+CLASS_TASKS = ("multiclass", "onehot", "binary")  # one class per example: class indices exist
+LOSSES = ("cross_entropy", "nll", "bce_logits", "bce", "mse", "l1", "other")
+REGRESSION_LOSSES = ("mse", "l1")
+SOFTMAX_LOSSES = ("cross_entropy",)  # losses that apply a softmax of their own to the output
+
+
+class TaskError(ValueError):
+    """The targets and the output make no task the doctor covers; the message says why in one line."""
+
+
+def _is_zero_one(y: torch.Tensor) -> bool:
+    return bool(((y == 0) | (y == 1)).all())
+
+
+def task_of(targets: torch.Tensor, outputs: torch.Tensor) -> str:
+    """The task of one batch (see the module docstring), or TaskError if targets and output do not match."""
+    if not (torch.is_tensor(targets) and torch.is_tensor(outputs)):
+        raise TaskError(f"the targets and the model's output must be tensors, not {type(outputs).__name__}")
+    n = len(targets)
+    if outputs.dim() == 0 or len(outputs) != n:
+        raise TaskError(f"model output {tuple(outputs.shape)} for {n} targets: one output row per example expected")
+    per_example = outputs[0].numel()
+    if not targets.is_floating_point() and targets.dim() == 1 and outputs.dim() == 2 and outputs.shape[1] >= 2:
+        return "multiclass"
+    y = targets.float()
+    if targets.numel() == outputs.numel() and _is_zero_one(y):
+        if per_example == 1:
+            return "binary"
+        if targets.dim() == 2 and outputs.dim() == 2:
+            return "onehot" if bool((y.sum(dim=1) == 1).all()) else "multilabel"
+    if targets.is_floating_point() and targets.numel() == outputs.numel():
+        return "regression"
+    if not targets.is_floating_point() and targets.numel() == outputs.numel() and per_example == 1:
+        return "regression"  # integer counts or scores predicted by one output
+    raise TaskError(
+        f"targets {tuple(targets.shape)} ({targets.dtype}) and model output {tuple(outputs.shape)} make no task the"
+        " doctor covers: class indices with (batch, C) outputs, or targets of the output's shape (one-hot, binary,"
+        " multi-label, regression)"
+    )
+
+
+def class_labels(targets: torch.Tensor, task: str | None) -> torch.Tensor | None:
+    """The class index of each example for the single-label tasks; None for multi-label and regression."""
+    if task == "multiclass":
+        return targets.reshape(-1).long()
+    if task == "onehot":
+        return targets.argmax(dim=1)
+    if task == "binary":
+        return targets.reshape(-1).round().long()
+    return None
+
+
+def _decisions(outputs: torch.Tensor) -> torch.Tensor:
+    """0/1 decisions of binary or multi-label outputs: probabilities at 0.5, logits at 0."""
+    cut = 0.5 if bool(((outputs >= 0) & (outputs <= 1)).all()) else 0.0
+    return (outputs > cut).float()
+
+
+class Scorer:
+    """Accumulates the score of a model over batches of one task (see the module docstring)."""
+
+    def __init__(self, task: str):
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}: choose {', '.join(TASKS)}")
+        self.task = task
+        self.hits = self.count = 0.0
+        self.sse = self.sum = self.sum_sq = 0.0
+
+    def add(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        outputs = outputs.detach().float()
+        if self.task == "multiclass":
+            self.hits += float((outputs.argmax(dim=1) == targets).sum())
+            self.count += len(targets)
+        elif self.task == "onehot":
+            self.hits += float((outputs.argmax(dim=1) == targets.argmax(dim=1)).sum())
+            self.count += len(targets)
+        elif self.task in ("binary", "multilabel"):
+            y = targets.float().reshape(outputs.shape)
+            self.hits += float((_decisions(outputs) == y).sum())
+            self.count += y.numel()
+        else:
+            y = targets.float().reshape(outputs.shape).double()
+            self.sse += float((outputs.double() - y).pow(2).sum())
+            self.sum += float(y.sum())
+            self.sum_sq += float(y.pow(2).sum())
+            self.count += y.numel()
+
+    def value(self) -> float:
+        if not self.count:
+            return math.nan
+        if self.task != "regression":
+            return self.hits / self.count
+        total = self.sum_sq - self.sum**2 / self.count
+        return 1.0 - self.sse / total if total > 0 else math.nan
+
+
+def identify_loss(loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> str:
+    """What `loss_fn` computes on this batch, named from LOSSES by comparing its value with each candidate's.
+
+    Candidates are tried on the output as it is; "other" when none matches (label smoothing, a weighted or
+    regularized loss, a loss of several terms) or the loss cannot be called on the output.
+    """
+    with torch.no_grad():
+        try:
+            value = float(loss_fn(outputs, targets))
+        except Exception:  # noqa: BLE001 - a loss we cannot call on its own output is simply not named
+            return "other"
+        if not math.isfinite(value):
+            return "other"
+        out, y = outputs.float(), targets
+        candidates = {}
+        if not y.is_floating_point() and y.dim() == 1 and out.dim() == 2:
+            # NLL first: on log-probabilities cross_entropy gives the same value (log_softmax is idempotent there).
+            candidates["nll"] = lambda: F.nll_loss(out, y)
+            candidates["cross_entropy"] = lambda: F.cross_entropy(out, y)
+        elif y.numel() == out.numel():
+            yf = y.float().reshape(out.shape)
+            if out.dim() == 2 and out.shape[1] > 1 and bool((yf >= 0).all()):
+                candidates["cross_entropy"] = lambda: F.cross_entropy(out, yf)
+            candidates["mse"] = lambda: F.mse_loss(out, yf)
+            candidates["l1"] = lambda: F.l1_loss(out, yf)
+            if bool(((yf >= 0) & (yf <= 1)).all()):
+                candidates["bce_logits"] = lambda: F.binary_cross_entropy_with_logits(out, yf)
+                if bool(((out >= 0) & (out <= 1)).all()):
+                    clipped = out.clamp(1e-7, 1 - 1e-7)  # Keras clips probabilities before the log
+                    candidates["bce"] = lambda: -(yf * clipped.log() + (1 - yf) * (1 - clipped).log()).mean()
+                    candidates["bce_torch"] = lambda: F.binary_cross_entropy(out, yf)
+        for name, candidate in candidates.items():
+            try:
+                expected = float(candidate())
+            except (RuntimeError, ValueError):
+                continue
+            if math.isclose(value, expected, rel_tol=1e-3, abs_tol=1e-6):
+                return "bce" if name == "bce_torch" else name
+    return "other"
+
+
+def output_reach(model, x: torch.Tensor, scales=(1.0, 10.0, 100.0, 1000.0)) -> tuple[float, float, bool]:
+    """The range of values the model's output can take, and whether its rows are always simplexes (sum to 1).
+
+    Probed two ways, in eval mode without gradients (mode and weights restored): the inputs `x` scaled by
+    ±`scales`, and the parameters of the model's last module that has any (the output layer) scaled by ±1000. The
+    second spans the range of whatever activation follows the output layer, however saturated the hidden layers
+    are (a tanh or LSTM state stays bounded under any input): a linear output reaches far beyond any target, a
+    sigmoid [0, 1], a tanh [-1, 1], a ReLU [0, inf), and a softmax's rows always sum to 1.
+    """
+    was_training = model.training
+    model.eval()
+    low, high, simplex = math.inf, -math.inf, True
+    last = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))][-1:]
+    saved = [p.detach().clone() for p in last[0].parameters(recurse=False)] if last else []
+
+    def outputs():
+        for scale in (*scales, *(-s for s in scales)):
+            yield model(x * scale)
+        for scale in (1000.0, -1000.0) if last else ():
+            for param, value in zip(last[0].parameters(recurse=False), saved, strict=True):
+                param.copy_(value * scale)
+            yield model(x)
+
+    try:
+        with torch.no_grad():
+            for out in outputs():
+                if not torch.is_tensor(out):
+                    return math.nan, math.nan, False
+                out = out.detach().float()
+                finite = out[torch.isfinite(out)]
+                if finite.numel():
+                    low, high = min(low, float(finite.min())), max(high, float(finite.max()))
+                rows = out.reshape(len(out), -1)
+                simplex = simplex and rows.shape[1] > 1 and bool(((rows.sum(dim=1) - 1).abs() < 1e-4).all())
+    finally:
+        with torch.no_grad():
+            for param, value in zip(last[0].parameters(recurse=False) if last else [], saved, strict=True):
+                param.copy_(value)
+        model.train(was_training)
+    return low, high, simplex
+
+
+def unreachable_share(targets: torch.Tensor, low: float, high: float, simplex: bool) -> float:
+    """Share of the targets the output can never produce (outside [low, high], or not summing to 1 under a softmax).
+
+    Targets exactly at a bound (0 and 1 under a sigmoid) count as reachable.
+    """
+    if math.isnan(low) or math.isnan(high):
+        return math.nan
+    y = targets.detach().float().reshape(len(targets), -1)
+    span = max(float(y.max() - y.min()), 1e-6)
+    tolerance = 1e-3 * span
+    outside = float(((y < low - tolerance) | (y > high + tolerance)).float().mean())
+    rows = float(((y.sum(dim=1) - 1).abs() > 1e-3).float().mean()) if simplex and y.shape[1] > 1 else 0.0
+    return max(outside, rows)
+
+
+def output_spread(outputs: torch.Tensor) -> float:
+    """How much the output varies across examples: its standard deviation over the batch, per output, over its RMS.
+
+    0 exactly when every example gets the same output (a softmax over one unit is always 1; a dead ReLU on the
+    output is always 0), whatever the input.
+    """
+    out = outputs.detach().double().reshape(len(outputs), -1)
+    if len(out) < 2 or not bool(torch.isfinite(out).all()):
+        return math.nan
+    spread = float(out.std(dim=0).mean())
+    rms = float(out.pow(2).mean().sqrt())
+    if spread == 0.0:
+        return 0.0
+    return spread / rms if rms > 0 else math.nan

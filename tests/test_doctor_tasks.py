@@ -1,0 +1,93 @@
+"""The doctor on the tasks beyond class indices: regression, one-unit binary, multi-label and one-hot targets.
+
+Each task has a healthy recipe that must be called healthy and the output bug real programs have: a softmax over
+one unit (the same output for every input), a sigmoid in front of regression targets it cannot reach, a softmax
+cross-entropy on multi-label rows.
+"""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from analysis.features import features
+from doctor.core import probe
+
+N = 512
+
+
+def data(task: str):
+    """Inputs and targets of one generated problem per task (the same inputs every time)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(N, 4, generator=generator)
+    score = x @ torch.tensor([1.5, -1.0, 0.5, 0.0])
+    if task == "regression":
+        return x, (3 * score + 2).unsqueeze(1)  # targets well outside [0, 1]
+    if task == "binary":
+        return x, (score > 0).float().unsqueeze(1)
+    if task == "onehot":
+        return x, nn.functional.one_hot((score > 0).long() + (score > 1).long(), 3).float()
+    return x, torch.stack([score > 0, x[:, 1] > 0, x[:, 2] + x[:, 0] > 0], dim=1).float()  # multilabel
+
+
+def run(task: str, head: list[nn.Module], loss: nn.Module, outputs: int, steps: int = 400):
+    x, y = data(task)
+
+    def model():
+        return nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, outputs), *head)
+
+    def batches():
+        order = torch.randperm(N)
+        return [(x[order[i : i + 32]], y[order[i : i + 32]]) for i in range(0, N, 32)]
+
+    return probe(model, batches, loss, lambda p: torch.optim.Adam(p, lr=1e-2), steps=steps, validation=[(x, y)])
+
+
+@pytest.mark.parametrize(
+    ("task", "head", "loss", "outputs"),
+    [
+        ("regression", [], nn.MSELoss(), 1),
+        ("binary", [], nn.BCEWithLogitsLoss(), 1),
+        ("onehot", [], nn.CrossEntropyLoss(), 3),
+        ("multilabel", [], nn.BCEWithLogitsLoss(), 3),
+    ],
+    ids=["regression", "binary", "onehot", "multilabel"],
+)
+def test_a_healthy_run_of_each_task_is_called_healthy(task, head, loss, outputs):
+    report = run(task, head, loss, outputs)
+    assert report.measurements["task"] == task
+    assert report.verdict == "healthy", str(report)
+    assert report.measurements["final_val_acc"] > 0.9  # accuracy, or R² for regression
+
+
+@pytest.mark.parametrize(
+    ("task", "head", "loss", "outputs", "verdict"),
+    [
+        ("binary", [nn.Softmax(dim=-1)], nn.BCELoss(), 1, "constant_output"),  # a softmax over one unit is always 1
+        ("regression", [nn.Sigmoid()], nn.MSELoss(), 1, "unreachable_targets"),
+        ("multilabel", [], nn.CrossEntropyLoss(), 3, "unreachable_targets"),  # the loss's softmax: rows sum to 1
+    ],
+    ids=["softmax-over-one-unit", "sigmoid-on-regression", "softmax-cross-entropy-on-multilabel"],
+)
+def test_an_output_that_cannot_fit_the_targets_is_named(task, head, loss, outputs, verdict):
+    report = run(task, head, loss, outputs)
+    assert verdict in [f.verdict for f in report.findings], str(report)
+
+
+@pytest.mark.parametrize(
+    ("curve", "share"),
+    [
+        ([2.3 * 0.9**t + 0.05 for t in range(200)], (-0.01, 0.01)),  # converged: the last fifth brings nothing
+        ([2.3 - 0.01 * t for t in range(200)], (0.2, 0.25)),  # falling in a straight line until the end
+        ([2.3] * 150 + [2.3 - 0.04 * t for t in range(50)], (0.6, 1.0)),  # a plateau left at the very end
+        ([2.3] * 200, (float("nan"), float("nan"))),  # nothing fell: not "still improving"
+    ],
+    ids=["converged", "linear", "late-drop", "flat"],
+)
+def test_late_drop_share_reads_how_much_of_the_fall_came_last(curve, share):
+    value = features({"train_loss_curve": curve})["late_drop_share"]
+    if math.isnan(share[0]):
+        assert math.isnan(value)
+    else:
+        assert share[0] <= value <= share[1]
