@@ -110,19 +110,18 @@ def _prior_shift(m: Mapping) -> float:
     return _get(m, "prior_shift")
 
 
+def _finite_curve(m: Mapping, key: str) -> list[float]:
+    values = m.get(key)
+    return [float(v) for v in (values if values is not None else []) if v is not None and math.isfinite(v)]
+
+
 def _val_loss_rise(m: Mapping) -> float:
     """Final validation loss over the lowest one seen: above 1 once validation loss turns back up."""
-    values = m.get("val_loss_curve")
-    curve = [v for v in (values if values is not None else []) if v is not None and math.isfinite(v)]
+    curve = _finite_curve(m, "val_loss_curve")
     final = _get(m, "final_val_loss")
     if not curve or not math.isfinite(final) or min(curve) <= 0:
         return math.nan
     return final / min(curve)
-
-
-def _finite_curve(m: Mapping, key: str) -> list[float]:
-    values = m.get(key)
-    return [float(v) for v in (values if values is not None else []) if v is not None and math.isfinite(v)]
 
 
 def _late_drop_share(m: Mapping) -> float:

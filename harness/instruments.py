@@ -258,11 +258,15 @@ class Instruments:
         if len(self.probe) >= PROBE_EXAMPLES and self._init_state is not None:
             self._census_at_init()
 
+    def _weights(self) -> dict:
+        """A copy of the model's state (parameters and buffers), to put back with load_state_dict."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
     def _census_at_init(self) -> None:
         """The activation census on the initial weights, put back for the census and then replaced by today's."""
         initial, self._init_state = self._init_state, None
         with torch.no_grad():
-            now = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            now = self._weights()
             self.model.load_state_dict(initial)  # in place: the optimizer keeps its references
             try:
                 self.init_census = self._activation_census()
@@ -385,7 +389,7 @@ class Instruments:
             if self.probe is not None and len(self.probe) >= PROBE_EXAMPLES:
                 self.init_census = self._activation_census()
             elif self.probe is not None:  # wait for more examples; keep the weights as they are (no update yet)
-                self._init_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+                self._init_state = self._weights()
         if self.is_census_step(self.step):
             self._census()
 

@@ -21,6 +21,7 @@ batches of `batch_size` with a smaller last one, zero_grad / forward / loss / ba
 
 import math
 
+import numpy
 import torch
 from torch import nn
 
@@ -118,6 +119,19 @@ def fit(Doctor, model, optimizer, loss, x, y, epochs: int, batch_size: int = 32,
             if schedule is not None:
                 schedule.step()
     return doctor
+
+
+def generator_seed(n_classes: int, floor: float) -> int:
+    """A seed for sklearn's make_multilabel_classification, from numpy's global (runner-seeded) state.
+
+    Its label frequencies (the generator's first draw) all reach `floor`: with a label almost never drawn, the
+    generator loops until it draws one (74 s for one seed of 4000 rows), so such seeds are skipped.
+    """
+    while True:
+        seed = numpy.random.randint(2**31 - 1)
+        frequencies = numpy.random.RandomState(seed).uniform(size=n_classes)  # what sklearn draws first
+        if frequencies.min() / frequencies.sum() >= floor:
+            return seed
 
 
 def steps_of(n_examples: int, epochs: int, batch_size: int) -> int:

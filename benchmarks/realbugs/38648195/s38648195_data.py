@@ -9,27 +9,16 @@ programs share.
 Seeds: the original draws from numpy's global generator, which the runner seeds. sklearn's generator first draws
 each label's frequency, then finds each row's labels by drawing until it has enough distinct ones: when one
 label's frequency is tiny that loop runs for minutes (numpy seed 1: 74 s for 4000 rows). So the generator gets a
-seed drawn from numpy's global state, skipping those whose rarest label would be below 5% (see generator_seed).
+seed drawn from numpy's global state, skipping those whose rarest label would be below 5% (kerasport.generator_seed).
 The split draws from numpy's global state, as in the original.
 """
 
-import numpy
 import torch
 from sklearn.datasets import make_multilabel_classification
 from sklearn.model_selection import train_test_split
 from torch import nn
 
-from benchmarks.realbugs.kerasport import dense
-
-
-def generator_seed(n_classes: int, floor: float) -> int:
-    """A seed from numpy's global state whose label frequencies (sklearn's first draw) all reach `floor`."""
-    while True:
-        seed = numpy.random.randint(2**31 - 1)
-        frequencies = numpy.random.RandomState(seed).uniform(size=n_classes)  # what sklearn draws first
-        if frequencies.min() / frequencies.sum() >= floor:
-            return seed
-
+from benchmarks.realbugs.kerasport import dense, generator_seed
 
 _x, _y = make_multilabel_classification(
     n_samples=4000, n_features=20, n_classes=3, random_state=generator_seed(n_classes=3, floor=0.05)

@@ -16,26 +16,16 @@ rows would take 2.6 s of the 10 s budget; fewer rows with more epochs keep the o
 Seeds: the runner seeds numpy's global generator. sklearn's generator first draws each label's frequency, then
 finds each row's labels by drawing until it has enough distinct ones: when one label's frequency is tiny that
 loop runs for minutes. So the generator gets a seed drawn from numpy's global state, skipping those whose rarest
-label would be below 1% (see generator_seed).
+label would be below 1% (kerasport.generator_seed).
 """
 
-import numpy
 import torch
 from sklearn.datasets import make_multilabel_classification
 from torch import nn
 
-from benchmarks.realbugs.kerasport import dense
+from benchmarks.realbugs.kerasport import dense, generator_seed
 
 N_TRAIN, N_TEST, N_LABELS = 12000, 2000, 11
-
-
-def generator_seed(n_classes: int, floor: float) -> int:
-    """A seed from numpy's global state whose label frequencies (sklearn's first draw) all reach `floor`."""
-    while True:
-        seed = numpy.random.randint(2**31 - 1)
-        frequencies = numpy.random.RandomState(seed).uniform(size=n_classes)  # what sklearn draws first
-        if frequencies.min() / frequencies.sum() >= floor:
-            return seed
 
 
 _x, _y = make_multilabel_classification(
