@@ -32,13 +32,13 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed ## create .venv with torch (TORCH) and the project (runs again when pyproject.toml changes)
 
-sweep: setup ## run the grid SWEEP (default: 27 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
+sweep: setup ## run the grid SWEEP (default: 28 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
 	$(BIN)/python -m harness $(SWEEP_ARGS) $(ARGS)
 
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke
 	$(MAKE) sweep SWEEP=smoke
 
-zoo: setup ## healthy runs under 14 recipes and every fault at 3 sizes on digits + 12 generated problems into runs/zoo; scores them leaving one problem out (about 20 minutes)
+zoo: setup ## healthy runs under 15 recipes and every fault at 3 sizes on digits + 12 generated problems into runs/zoo; scores them leaving one problem out (about 20 minutes)
 	$(MAKE) sweep SWEEP=zoo_faults RUNS=runs/zoo
 	$(MAKE) sweep SWEEP=zoo_healthy RUNS=runs/zoo
 	$(BIN)/python -m analysis zoo runs/zoo

@@ -28,13 +28,16 @@ def load_records(folder: str | Path) -> pd.DataFrame:
     """Every record in `folder` as one DataFrame (one row per cell, the columns of harness.records.SCHEMA).
 
     Records written by an older schema version load too, with the columns added since left empty (a warning
-    says how many; `make sweep` measures them again). Files that cannot be read, or are not records of this
+    says how many; `make sweep` measures them again), but only in a folder that holds no record of the current
+    version: next to current records they are left out (with a warning), because a measurement may mean
+    something else now, and a recipe with a knob added since has a new cell id, so its old record would count
+    the cell twice. Files that cannot be read, or are not records of this
     project, are skipped with a warning naming them; temporary files (names starting with "." or "_") are
     ignored. Duplicate cell ids are refused.
     """
     folder = Path(folder)
     paths = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
-    tables, skipped, older = [], {}, 0
+    tables, old_tables, skipped = [], [], {}
     for path in paths:
         try:
             table = pq.read_table(path)
@@ -47,9 +50,9 @@ def load_records(folder: str | Path) -> pd.DataFrame:
         for name in SCHEMA.names:
             if name not in table.column_names:  # added by a later schema version: empty here
                 table = table.append_column(name, pa.nulls(len(table), SCHEMA.field(name).type))
-        older += int(table.column("schema_version")[0].as_py() != SCHEMA_VERSION)
+        current = table.column("schema_version")[0].as_py() == SCHEMA_VERSION
         try:
-            tables.append(table.select(SCHEMA.names).cast(SCHEMA))
+            (tables if current else old_tables).append(table.select(SCHEMA.names).cast(SCHEMA))
         except (pa.ArrowException, ValueError):
             skipped.setdefault("columns of other types", []).append(path.name)
     if skipped:
@@ -58,12 +61,19 @@ def load_records(folder: str | Path) -> pd.DataFrame:
             for reason, names in skipped.items()
         ]
         warnings.warn(f"skipped files in {folder}: " + "; ".join(parts), stacklevel=2)
-    if older:
+    if old_tables and tables:
         warnings.warn(
-            f"{older} record(s) in {folder} were written by an older schema version: the columns added since are "
-            "empty; `make sweep` measures those cells again",
+            f"{len(old_tables)} record(s) in {folder} were written by an older schema version and are left out, "
+            f"beside {len(tables)} of the current one; a sweep of their grid measures them again (or delete them)",
             stacklevel=2,
         )
+    elif old_tables:
+        warnings.warn(
+            f"{len(old_tables)} record(s) in {folder} were written by an older schema version: the columns added "
+            "since are empty; `make sweep` measures those cells again",
+            stacklevel=2,
+        )
+        tables = old_tables
     if not tables:
         raise NoRecords(f"no records in {folder}: `make sweep RUNS={folder}` produces them")
     frame = pa.concat_tables(tables).to_pandas()

@@ -1,7 +1,7 @@
 """The zoo: the rules on problems, optimizers, loops and fault sizes they were not fitted on.
 
 Reads the records of `make zoo` (conf/sweep/zoo_healthy.yaml and zoo_faults.yaml: digits and 12 generated
-problems, healthy runs under 14 recipes, every fault at every size). Every problem is predicted by rules
+problems, healthy runs under 15 recipes, every fault at every size). Every problem is predicted by rules
 fitted without it (leave-one-problem-out), at every step budget, and so is the forest on the same features.
 Fault cells whose fault did no measurable harm against their healthy twin are left out (analysis/harm.py) and
 counted. The scores:
@@ -148,10 +148,11 @@ def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | 
     harmless = harmless[harmless.harmless > 0]
     problems = sorted(table.dataset.unique())
     text = [
-        f"Digits and {len(problems) - 1} generated problems, healthy runs under 14 recipes and every fault at every "
-        "size (`make zoo`). Each problem is judged by rules fitted without it (leave-one-problem-out), at each "
-        "step budget with that budget's thresholds; the forest is fitted the same way on the same features. Fault "
-        "cells whose fault did no measurable harm against their healthy twin are left out (below).",
+        f"Digits and {len(problems) - 1} generated problems, healthy runs under the recipes of "
+        "conf/sweep/zoo_healthy.yaml and every fault at every size (`make zoo`). Each problem is judged by rules "
+        "fitted without it (leave-one-problem-out), at each step budget with that budget's thresholds; the forest "
+        "is fitted the same way on the same features. Fault cells whose fault did no measurable harm against their "
+        "healthy twin are left out (below).",
         "",
         _markdown(headline(table).reset_index().set_index("steps")),
         "",

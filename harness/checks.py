@@ -23,6 +23,7 @@ BATCH_KINDS = ("indexed", "dataloader")
 OUTPUTS = ("logits", "softmax", "relu", "sigmoid", "tanh")  # what the model's head hands to the loss (harness/model.py)
 TARGET_ENCODINGS = ("index", "onehot", "pm_one")  # how the loop hands the class labels to the loss (harness/cell.py)
 LOSS_NAMES = ("cross_entropy", "mse")  # the grid's loss functions (harness/cell.py)
+WEIGHT_INITS = ("default", "glorot_uniform")  # how the Linear layers' weights start (harness/model.py)
 
 
 def _integer(value) -> bool:
@@ -83,6 +84,7 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "model.hidden": _POSITIVE_INTS,
     "model.dropout": _between(0, 1, False, True),
     "model.init_gain": _POSITIVE,
+    "model.weight_init": ((lambda v: v in WEIGHT_INITS), ", ".join(WEIGHT_INITS)),
     "model.output": ((lambda v: v in OUTPUTS), ", ".join(OUTPUTS)),
     "model.output_bias": ((lambda v: v is None or _number(v)), "a number or null"),
     "data.targets": ((lambda v: v in TARGET_ENCODINGS), ", ".join(TARGET_ENCODINGS)),

@@ -558,9 +558,15 @@ class Instruments:
         later = [c["accumulation"] for c in self.censuses if c["step"] >= 1]
         ratios_by_param = list(zip(*self.update_ratios, strict=True)) if self.update_ratios else []
         update_ratio = [_median(r) for r in ratios_by_param]
-        # Per census: the median over parameters that got gradients. Its peak reads the rate even when a run
-        # that diverged has stopped moving by the end (dead units pass no gradient).
-        curve = [_median(r for r, n in zip(ratios, never, strict=False) if not n) for ratios in self.update_ratios]
+        # Per census: the median over weight matrices that got gradients. Its peak reads the rate even when a run
+        # that diverged has stopped moving by the end (dead units pass no gradient). Biases and other vectors
+        # are left out: one that starts at zero (Keras's default) has no size to compare a step with, and its
+        # ratio is 1/steps-so-far whatever the rate. A model with no matrices is read on all its parameters.
+        matrices = [p.dim() >= 2 for _, p in self.named_params]
+        if not any(matrices):
+            matrices = [True] * len(matrices)
+        counted = [m and not n for m, n in zip(matrices, never, strict=False)]
+        curve = [_median(r for r, c in zip(ratios, counted, strict=False) if c) for ratios in self.update_ratios]
         scalars = {
             "steps": self.step + 1,
             "first_loss": self.first_loss,
@@ -571,7 +577,7 @@ class Instruments:
             if self.censuses and sum(sizes)
             else math.nan,
             "accumulation_ratio": _median(later),
-            "update_ratio_median": _median(r for r, n in zip(update_ratio, never, strict=False) if not n),
+            "update_ratio_median": _median(r for r, c in zip(update_ratio, counted, strict=False) if c),
             "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
             "grad_depth_ratio_init": self.censuses[0]["depth_ratio"] if self.censuses else math.nan,
             "grad_depth_ratio": _median(c["depth_ratio"] for c in self.censuses),

@@ -23,6 +23,12 @@ OUTPUTS = {
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
 }
+# How every Linear layer's weights start: PyTorch's default (uniform in +-1/sqrt(fan_in)), or Keras's default
+# (glorot-uniform, in +-sqrt(6 / (fan_in + fan_out))), which programs ported from Keras use with zero biases.
+WEIGHT_INITS = {
+    "default": None,
+    "glorot_uniform": nn.init.xavier_uniform_,
+}
 
 
 class MLP(nn.Module):
@@ -30,7 +36,8 @@ class MLP(nn.Module):
 
     hidden: widths of the hidden layers (a long list makes a deep stack).
     activation: relu, tanh or sigmoid, after every hidden layer.
-    init_gain: multiplies PyTorch's default initial hidden weights; far above 1 in a deep ReLU stack the
+    weight_init: "default" (PyTorch's) or "glorot_uniform" (Keras's), for the hidden layers and the head.
+    init_gain: multiplies the initial hidden weights; far above 1 in a deep ReLU stack the
         signal grows layer after layer (exploding), with tanh the units start saturated.
     bias_init: if set, every hidden bias starts at this constant (a large negative value leaves the ReLU
         units inactive for every input, so no gradient reaches them).
@@ -59,6 +66,7 @@ class MLP(nn.Module):
         output: str = "logits",
         width_per_class: float | None = None,
         output_bias: float | None = None,
+        weight_init: str = "default",
     ):
         super().__init__()
         if width_per_class is not None:
@@ -67,6 +75,9 @@ class MLP(nn.Module):
             raise ValueError(f"unknown activation {activation!r}: choose {', '.join(ACTIVATIONS)}")
         if output not in OUTPUTS:
             raise ValueError(f"unknown output {output!r}: choose {', '.join(OUTPUTS)}")
+        if weight_init not in WEIGHT_INITS:
+            raise ValueError(f"unknown weight_init {weight_init!r}: choose {', '.join(WEIGHT_INITS)}")
+        init = WEIGHT_INITS[weight_init]
         unknown = set(frozen_layers) - set(range(len(hidden)))
         if unknown:
             raise ValueError(f"frozen_layers {sorted(unknown)} name no hidden layer (0..{len(hidden) - 1})")
@@ -74,6 +85,8 @@ class MLP(nn.Module):
         blocks: list[nn.Module] = []
         for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
             linear = nn.Linear(fan_in, fan_out)
+            if init is not None:
+                init(linear.weight)
             with torch.no_grad():
                 linear.weight.mul_(init_gain)
             if bias_init is not None:
@@ -84,6 +97,8 @@ class MLP(nn.Module):
             if dropout > 0:
                 blocks.append(nn.Dropout(dropout))
         head = nn.Linear(widths[-1], n_classes)
+        if init is not None:
+            init(head.weight)
         if output_bias is not None:
             nn.init.constant_(head.bias, output_bias)
         blocks.append(head)

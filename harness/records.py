@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 6  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 7  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
-# loss's kind, the output's spread and reach
+# loss's kind, the output's spread and reach; 7: update ratios over weight matrices only
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -85,8 +85,12 @@ _COLUMNS = [
     ("accumulation_ratio", _f64, "median |.grad| / |fresh gradient of the same loss| after step 0 (1 = zeroed)"),
     ("accumulation_ratio_curve", pa.list_(_f64), "that ratio at each census step"),
     ("update_ratio", pa.list_(_f64), "per parameter: median |step update| / |weight| at census steps"),
-    ("update_ratio_median", _f64, "median update ratio over parameters that got gradients"),
-    ("update_ratio_curve", pa.list_(_f64), "at each census step: the median update ratio over those parameters"),
+    (
+        "update_ratio_median",
+        _f64,
+        "median update ratio over weight matrices (all parameters if none) that got gradients",
+    ),
+    ("update_ratio_curve", pa.list_(_f64), "at each census step: the median update ratio over those matrices"),
     ("update_ratio_peak", _f64, "largest value of that curve"),
     ("grad_depth_ratio_init", _f64, "|.grad| of the first weight matrix over the last one's, at the first census"),
     ("grad_depth_ratio", _f64, "median of that ratio over the census steps"),

@@ -309,7 +309,11 @@ def _summarize_folder(folder: str, sweep: _Sweep, out) -> None:
             file=out,
         )
     if scan.older:
-        print(f"  other schema version: {_names(scan.older)}; a sweep of their grid measures them again", file=out)
+        print(
+            f"  other schema version: {_names(scan.older)}; a sweep of their grid measures them again, and "
+            "load_records leaves them out beside records of this version",
+            file=out,
+        )
 
 
 def _names(files: dict[str, str] | list[str], shown: int = 3) -> str:

@@ -19,7 +19,7 @@ from analysis.load import NoRecords, load_records
 from analysis.report import build
 from analysis.rules import HEALTHY, RULES, diagnose, load_thresholds, verdicts
 from harness.cell import run_cell
-from harness.records import empty_record, write_record
+from harness.records import SCHEMA_VERSION, empty_record, write_record
 
 THRESHOLDS = load_thresholds()
 REPORTED = ("digits", "synthetic")  # the report's grid: the tuned dataset and a held-out one
@@ -219,6 +219,16 @@ def test_records_of_an_older_schema_load_with_the_new_columns_empty(tmp_path):
     with pytest.warns(UserWarning, match="1 record.*older schema version"):
         frame = load_records(folder)
     assert frame.cell_id.tolist() == ["old"] and pd.isna(frame.step_time_s[0]) and pd.isna(frame.threads[0])
+
+
+def test_records_of_an_older_schema_are_left_out_beside_current_ones(tmp_path):
+    # A knob added since changes every cell id: the old records would count each cell twice.
+    folder = tmp_path / "records"
+    write_record({**record().to_dict(), "cell_id": "old", "started_at": None, "schema_version": 2}, folder)
+    write_record({**record().to_dict(), "cell_id": "new", "started_at": None, "schema_version": SCHEMA_VERSION}, folder)
+    with pytest.warns(UserWarning, match="1 record.*older schema version and are left out, beside 1"):
+        frame = load_records(folder)
+    assert frame.cell_id.tolist() == ["new"]
 
 
 def test_no_records_says_which_command_makes_them(tmp_path):

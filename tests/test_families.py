@@ -17,9 +17,10 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
+from harness import checks
 from harness.data import load_splits, training_batches
 from harness.instruments import dead_units
-from harness.model import MLP, SmallCNN
+from harness.model import MLP, WEIGHT_INITS, SmallCNN
 from harness.sequences import make_counting
 
 MODELS = [path.stem for path in sorted((CONF / "model").glob("*.yaml"))]
@@ -135,6 +136,22 @@ def test_init_gain_scales_only_the_heads_hidden_weights(model):
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_glorot_uniform_start_reaches_every_linear_of_the_head(model):
+    net = head(build(model, "model.weight_init=glorot_uniform", "model.bias_init=0.0", "model.output_bias=0.0"))
+    linears = [module for module in net.net if isinstance(module, nn.Linear)]
+    for linear in linears:
+        bound = math.sqrt(6 / (linear.in_features + linear.out_features))  # Keras's glorot-uniform limit
+        assert linear.weight.abs().max() <= bound
+        assert linear.weight.abs().max() > 0.9 * bound  # PyTorch's default bound, 1/sqrt(fan_in), is smaller
+        assert torch.equal(linear.bias, torch.zeros_like(linear.bias))
+    assert len(linears) == len(spec(model)["hidden"]) + 1
+
+
+def test_weight_init_names_are_the_checks_names():
+    assert tuple(WEIGHT_INITS) == checks.WEIGHT_INITS  # the checks refuse a bad name before torch is imported
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_width_activation_and_dropout_reach_the_head(model):
     assert [linear.out_features for linear in hidden_linears(build(model, "model.hidden=[4]"))] == [4]
     tanh = head(build(model, "model.activation=tanh", "model.hidden=[8,8,8]"))
@@ -156,7 +173,11 @@ def test_softmax_output_reaches_the_head(model):
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("model.activation=swish", "unknown activation"), ("model.frozen_layers=[5]", "name no hidden layer")],
+    [
+        ("model.activation=swish", "unknown activation"),
+        ("model.frozen_layers=[5]", "name no hidden layer"),
+        ("model.weight_init=he", "unknown weight_init"),
+    ],
 )
 def test_bad_knob_values_are_refused_by_the_head(model, override, message):
     # Hydra wraps the head's ValueError; its message must survive to the user.

@@ -84,6 +84,14 @@ def test_learning_rates_move_the_update_ratio(dataset):
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
+def test_a_start_from_zero_biases_reads_the_healthy_rate(dataset):
+    # Keras's start: the biases' ratios are about 1 for the first steps whatever the rate; the weights' are not.
+    healthy, keras = short_run("healthy", dataset), short_run("healthy_keras_init", dataset)
+    assert keras["update_ratio_peak"] < 3 * healthy["update_ratio_peak"]
+    assert keras["update_ratio_median"] < 3 * healthy["update_ratio_median"]
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
 def test_model_too_small_has_a_narrow_hidden_layer(dataset):
     sizes = {f: sum(math.prod(s) for s in _shapes(f, dataset)) for f in ("healthy", "model_too_small")}
     assert sizes["model_too_small"] < sizes["healthy"] / 10

@@ -54,6 +54,53 @@ def test_first_loss_and_gradient_census_known_answer():
     assert m["update_ratio"][0] != m["update_ratio"][0]  # NaN: a zero weight has no scale to compare with
 
 
+def test_update_ratio_reads_weight_matrices_and_not_a_bias_that_started_at_zero():
+    # SGD at rate 0.1 on one Linear(2, 1) whose weight is [[1, 0]] and bias 0: x = [[1, 0]], y = 0, MSE.
+    # Output 1, dL/dout = 2, so the step moves the weight by [[-0.2, 0]] (ratio 0.2) and the bias by -0.2 from
+    # 0 (no size: NaN). At the second step the output is 0.8 - 0.2 = 0.6: the weight moves 0.12 of 0.8 (0.15)
+    # and the bias 0.12 of 0.2, a ratio of 0.6 that says nothing about the rate. The curve and the median must
+    # read the weight alone.
+    model = nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, 0.0]]))
+        model.bias.zero_()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.mse_loss, census_every=1)
+    batch = (torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0]]))
+    for x, y in instruments.watch([batch] * 2):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    m = instruments.finish()
+    assert m["update_ratio_curve"] == pytest.approx([0.2, 0.15])
+    assert m["update_ratio_peak"] == pytest.approx(0.2)
+    assert m["update_ratio_median"] == pytest.approx(0.175)
+    assert m["update_ratio"][1] == pytest.approx(0.6)  # the bias's own ratio is still kept, per parameter
+
+
+def test_update_ratio_reads_every_parameter_when_the_model_has_no_matrix():
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return x * self.w
+
+    model = Scale()  # one 1-D weight: the model has no matrix
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.mse_loss, census_every=1)
+    for x, y in instruments.watch([(torch.ones(1, 1), torch.zeros(1, 1))]):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    assert instruments.finish()["update_ratio_peak"] == pytest.approx(0.2)  # dL/dw = 2: 1 -> 0.8
+
+
 def test_accumulation_ratio_is_one_when_zeroed_and_grows_without_zero_grad():
     torch.manual_seed(0)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
