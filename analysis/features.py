@@ -194,6 +194,13 @@ FEATURES_LIST = [
         lambda m: _get(m, "params_without_grad_share"),
     ),
     Feature(
+        "grad_carried_share",
+        "share of optimizer steps whose next backward found .grad not cleared",
+        "the optimizer steps: read from hooks, whatever the loss's scaling or the batches per step",
+        False,
+        lambda m: _get(m, "grad_carried_share"),
+    ),
+    Feature(
         "accumulation_ratio",
         "norm of .grad over the norm of a fresh gradient of the same loss",
         "a fresh gradient of the same loss on the same batch: 1 exactly when .grad holds this step's gradient",

@@ -69,10 +69,12 @@ RULES = [
     ),
     Rule(
         verdict="no_zero_grad",
-        feature="accumulation_ratio",
+        feature="grad_carried_share",
         above=True,
-        evidence=".grad was {value:.1f}x a fresh gradient of the same loss (threshold {threshold:.1f}x)",
-        next_step="call optimizer.zero_grad() once per step (unless accumulating on purpose, then scale the loss)",
+        evidence="after {value:.0%} of optimizer steps the next backward pass added to gradients not cleared since"
+        " the step (threshold {threshold:.0%}; backward passes per optimizer step: {backwards_per_step:.0f})",
+        next_step="call optimizer.zero_grad() after every optimizer.step() (when accumulating on purpose, after"
+        " the step that ends each group)",
     ),
     Rule(
         verdict="wrong_mode",

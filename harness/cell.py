@@ -122,6 +122,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
 
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
     steps, eval_every, zero_every = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad_every
+    accumulate = cfg.loop.accumulate  # batches (backward passes) per optimizer step
     validate = partial(evaluate, model, loss_fn, [(x_val, y_val)], eval_mode=cfg.loop.eval_mode)
     snapshot_at = budgets(cfg.loop) if instrumented else []
     snapshots = []
@@ -134,11 +135,13 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
         began = time.perf_counter()
         loss = loss_fn(model(x), y)
-        if zero_every and (step - 1) % zero_every == 0:  # the fault "forgotten zero_grad" is this line missing
+        # Zeroed before the first batch of an optimizer step: the fault "forgotten zero_grad" is this line missing.
+        if zero_every and (step - 1) % (zero_every * accumulate) == 0:
             optimizer.zero_grad()
-        loss.backward()
+        (loss / accumulate if accumulate > 1 else loss).backward()  # k batches' mean: one batch of k times the size
         instruments.after_backward(loss)
-        optimizer.step()
+        if step % accumulate == 0:
+            optimizer.step()
         clock.end_step()
         if stall is not None:
             stall.record(time.perf_counter() - began)  # the slow loader's stall is a multiple of this

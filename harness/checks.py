@@ -70,6 +70,7 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "loop.eval_every": _int_at_least(1),
     "loop.lr_scale": _POSITIVE,
     "loop.zero_grad_every": _int_at_least(0),
+    "loop.accumulate": _int_at_least(1),
     "loop.train_mode": _BOOL,
     "loop.eval_mode": _BOOL,
     "loop.census_every": _int_at_least(1),

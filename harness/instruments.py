@@ -23,6 +23,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from statistics import median
 
 import numpy as np
@@ -202,11 +203,21 @@ class Instruments:
         self.update_ratios: list[list[float]] = []
         self.validation: list[tuple[int, float, float]] = []
         self._weights_before: list[torch.Tensor] | None = None
+        self._ratio_due = False  # a census asked for the update ratio of the next optimizer step
+        # The loop's shape, from hooks: backward passes per optimizer step, and whether .grad still held
+        # gradients from before the last optimizer step when the next backward began (never cleared).
+        self.optimizer_steps = 0
+        self.backwards_per_step: list[int] = []
+        self._backwards_since_step = 0
+        self._clear_check_due = False  # the first backward after an optimizer step looks at .grad once
+        self.carried_steps = 0  # optimizer steps whose first backward found .grad not cleared
+        self.checked_steps = 0
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
             model.register_forward_pre_hook(self._before_forward),
             model.register_forward_hook(self._after_forward),
+            *(p.register_hook(partial(self._on_gradient, p)) for _, p in self.named_params if p.requires_grad),
         ]
 
     def is_census_step(self, step: int) -> bool:
@@ -383,6 +394,7 @@ class Instruments:
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after `loss.backward()` and before `optimizer.step()`."""
         self.step += 1
+        self._backwards_since_step += 1
         self.losses.append(loss.detach())
         if self.step == 0:
             self.first_loss = float(loss.detach())
@@ -392,6 +404,7 @@ class Instruments:
                 self._init_state = self._weights()
         if self.is_census_step(self.step):
             self._census()
+            self._ratio_due = True
 
     def _activation_census(self) -> dict:
         self._own_forward = True
@@ -498,12 +511,34 @@ class Instruments:
         new = math.sqrt(sum(float(f.norm()) ** 2 for f in fresh if f is not None))
         return held / new if new > 0 else math.nan
 
-    # ----- optimizer step hooks: update-to-weight ratio ------------------------------------------------------
+    # ----- gradient hooks: was .grad cleared since the last optimizer step? ------------------------------------
+    def _on_gradient(self, param: torch.Tensor, grad: torch.Tensor) -> None:
+        """Runs when backward has computed `param`'s gradient, before it is added into `param.grad`.
+
+        On the first backward after an optimizer step, `param.grad` should be None or zero: whatever it still
+        holds was added before that step, so the next step would follow it again. Read on the first parameter
+        whose gradient arrives, once per optimizer step, so that the loss's scaling never matters.
+        """
+        if not self._clear_check_due or self._own_forward:
+            return
+        self._clear_check_due = False
+        self.checked_steps += 1
+        held = param.grad
+        self.carried_steps += int(held is not None and bool(held.ne(0).any()))
+
+    # ----- optimizer step hooks: update-to-weight ratio, backward passes per step ----------------------------
     def _before_step(self, _optimizer, _args, _kwargs) -> None:
-        if self.censuses and self.censuses[-1]["step"] == self.step:
+        # The first optimizer step at or after a census: with gradient accumulation the census's own backward
+        # pass is seldom the one an optimizer step follows.
+        if self._ratio_due:
             self._weights_before = [p.detach().clone() for _, p in self.named_params]
+            self._ratio_due = False
 
     def _after_step(self, _optimizer, _args, _kwargs) -> None:
+        self.optimizer_steps += 1
+        self.backwards_per_step.append(self._backwards_since_step)
+        self._backwards_since_step = 0
+        self._clear_check_due = True
         if self._weights_before is None:
             return
         ratios = []
@@ -577,6 +612,10 @@ class Instruments:
             if self.censuses and sum(sizes)
             else math.nan,
             "accumulation_ratio": _median(later),
+            # Per optimizer step: median backward passes (1 in a plain loop, k when accumulating on purpose).
+            "backwards_per_step": _median(self.backwards_per_step),
+            "optimizer_steps": self.optimizer_steps,
+            "grad_carried_share": self.carried_steps / self.checked_steps if self.checked_steps else math.nan,
             "update_ratio_median": _median(r for r, c in zip(update_ratio, counted, strict=False) if c),
             "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
             "grad_depth_ratio_init": self.censuses[0]["depth_ratio"] if self.censuses else math.nan,

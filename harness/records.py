@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 7  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 8  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
-# loss's kind, the output's spread and reach; 7: update ratios over weight matrices only
+# loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
+# 8: the loop's shape (backward passes per optimizer step, gradients carried across steps)
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -84,6 +85,9 @@ _COLUMNS = [
     ("params_without_grad_share", _f64, "share of parameter elements that never got a gradient"),
     ("accumulation_ratio", _f64, "median |.grad| / |fresh gradient of the same loss| after step 0 (1 = zeroed)"),
     ("accumulation_ratio_curve", pa.list_(_f64), "that ratio at each census step"),
+    ("backwards_per_step", _f64, "median backward passes per optimizer step (k when accumulating over k batches)"),
+    ("optimizer_steps", _i64, "optimizer steps taken"),
+    ("grad_carried_share", _f64, "share of optimizer steps whose next backward found .grad not cleared"),
     ("update_ratio", pa.list_(_f64), "per parameter: median |step update| / |weight| at census steps"),
     (
         "update_ratio_median",
@@ -174,6 +178,9 @@ CHECKPOINT_COLUMNS = [
     "params_without_grad",
     "params_without_grad_share",
     "accumulation_ratio",
+    "backwards_per_step",
+    "optimizer_steps",
+    "grad_carried_share",
     "update_ratio_median",
     "update_ratio_peak",
     "grad_depth_ratio_init",

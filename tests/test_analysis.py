@@ -42,6 +42,8 @@ def record(**measurements) -> pd.Series:
         "data_wait_share": 0.05,
         "params_without_grad_share": 0.0,
         "accumulation_ratio": 1.0,
+        "grad_carried_share": 0.0,
+        "backwards_per_step": 1.0,
         "dead_unit_share_init": 0.0,
         "dead_unit_share": 0.01,
         "update_ratio_median": 1e-3,
@@ -80,7 +82,7 @@ def record(**measurements) -> pd.Series:
 PLANTED = {
     "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
     "frozen_params": {"params_without_grad_share": 0.92},
-    "no_zero_grad": {"accumulation_ratio": 30.0},
+    "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},
     "wrong_mode": {"eval_in_train_share": 1.0},
     "double_softmax": {"output_prob_share": 1.0},
     "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
@@ -189,7 +191,7 @@ def test_fit_thresholds_separates_hand_made_faults_in_rule_order():
     frame = pd.DataFrame(rows)
     thresholds = fit_thresholds(frame)
     assert thresholds["starved_loader"] == pytest.approx(math.sqrt(0.05 / 0.95 * 3.0))  # geometric: a ratio
-    assert thresholds["no_zero_grad"] == pytest.approx(math.sqrt(30.0))
+    assert thresholds["no_zero_grad"] == pytest.approx(0.5)  # arithmetic, a share: halfway between 0 and 1
     assert (verdicts(frame, RULES, thresholds).verdict == frame.diagnosis).all()
 
 

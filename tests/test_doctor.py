@@ -82,19 +82,42 @@ def wrapped_run(fault: str, steps: int = STEPS):
     doctor = Doctor(
         net, optimizer, loss_fn, validation=validation(knobs.get("scale", 1.0)), model_factory=make, memorize_steps=100
     )
-    step = 0
+    step, k = 0, knobs.get("accumulate", 1)
     while step < steps:
+        if knobs.get("zero_per_epoch"):
+            optimizer.zero_grad()  # accumulation done wrong: cleared once per epoch instead of after every step
         for x, y in doctor.watch(training_batches(**data)):
             loss = loss_fn(net(x), y)
-            if knobs.get("zero_grad", True):
+            if knobs.get("zero_grad", True) and not knobs.get("zero_per_epoch") and step % k == 0:
                 optimizer.zero_grad()
-            loss.backward()
+            (loss / k).backward()  # k > 1: gradient accumulation, each batch a k-th of the step
             doctor.after_backward(loss)
-            optimizer.step()
             step += 1
+            if step % k == 0:
+                optimizer.step()
             if step == steps:
                 break
     return doctor.report()
+
+
+# Loops of another shape, each with the verdict it must get.
+LOOPS = {
+    "accumulation on purpose": ({"accumulate": 4, "lr": 2e-3}, "healthy"),
+    "accumulation zeroed once per epoch": ({"accumulate": 4, "lr": 2e-3, "zero_per_epoch": True}, "no_zero_grad"),
+}
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_doctor_reads_gradient_accumulation_from_the_loop_not_from_the_loss(loop, monkeypatch):
+    knobs, verdict = LOOPS[loop]
+    monkeypatch.setitem(FAULTS, loop, knobs)
+    report = wrapped_run(loop, steps=4 * STEPS)
+    assert report.verdict == verdict, str(report)
+    carried = report.features["grad_carried_share"]
+    if verdict == "healthy":
+        assert carried == 0.0
+    else:  # cleared once per epoch (20 optimizer steps): the first step of each epoch carries nothing
+        assert 0.75 < carried < 1.0
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -187,8 +210,8 @@ def test_the_command_line_runs_an_example_end_to_end(tmp_path):
     assert result.stdout.startswith("verdict: no_zero_grad")
     assert "is a bigger machine the answer?" in result.stdout and "=> no: fix no_zero_grad first" in result.stdout
     document = json.loads(out.read_text())
-    assert document["verdict"] == "no_zero_grad" and document["findings"][0]["margin"] > 1
-    assert document["features"]["accumulation_ratio"] > 4
+    assert document["verdict"] == "no_zero_grad" and document["findings"][0]["margin"] > 0.4  # a share over ~0.48
+    assert document["features"]["grad_carried_share"] == 1.0 and document["features"]["accumulation_ratio"] > 4
 
 
 def test_the_command_line_refuses_a_broken_recipe(tmp_path):

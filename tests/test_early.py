@@ -18,6 +18,8 @@ def cell(dataset: str, wait_at_50: float) -> dict:
         "loop_s": 4.0,
         "params_without_grad_share": 0.0,
         "accumulation_ratio": 1.0,
+        "grad_carried_share": 0.0,
+        "backwards_per_step": 1.0,
         "dead_unit_share_init": 0.0,
         "update_ratio_peak": 1.5e-2,
         "final_val_acc": 0.97,

@@ -45,6 +45,18 @@ def test_every_fault_gives_an_ok_record_with_every_measurement(fault, dataset):
 def test_no_zero_grad_accumulates_gradients(dataset):
     assert short_run("healthy", dataset)["accumulation_ratio"] == pytest.approx(1.0)
     assert short_run("no_zero_grad", dataset)["accumulation_ratio"] > 3.0
+    assert short_run("healthy", dataset)["grad_carried_share"] == 0.0
+    assert short_run("no_zero_grad", dataset)["grad_carried_share"] == 1.0
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_accumulation_on_purpose_carries_nothing_across_steps_and_forgotten_zeroing_carries_everything(dataset):
+    on_purpose, forgotten = short_run("healthy_accumulation", dataset), short_run("accumulation_never_zeroed", dataset)
+    for record in (on_purpose, forgotten):  # 40 batches, 4 per optimizer step
+        assert record["backwards_per_step"] == 4.0 and record["optimizer_steps"] == 10
+        assert record["update_ratio_peak"] > 0  # measured on optimizer steps, though census steps seldom are one
+    assert on_purpose["grad_carried_share"] == 0.0
+    assert forgotten["grad_carried_share"] == 1.0
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

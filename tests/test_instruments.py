@@ -101,6 +101,61 @@ def test_update_ratio_reads_every_parameter_when_the_model_has_no_matrix():
     assert instruments.finish()["update_ratio_peak"] == pytest.approx(0.2)  # dL/dw = 2: 1 -> 0.8
 
 
+def run_loop(batches_per_step: int, zero: str, scale: float = 1.0, steps: int = 12, census_every: int = 50):
+    """A Linear(4, 3) loop of `steps` batches: a step every `batches_per_step`, with .grad cleared as `zero` says.
+
+    zero: "each step" (after every optimizer step, set_to_none), "zeros" (zero_grad(set_to_none=False) before the
+    first batch of a step), "never", or "every batch" (before each backward: accumulation broken the other way).
+    """
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=census_every)
+    data = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(steps)]
+    for i, (x, y) in enumerate(instruments.watch(data)):
+        if zero == "zeros" and i % batches_per_step == 0:
+            optimizer.zero_grad(set_to_none=False)
+        if zero == "every batch":
+            optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        (loss * scale).backward()
+        instruments.after_backward(loss)
+        if (i + 1) % batches_per_step == 0:
+            optimizer.step()
+            if zero == "each step":
+                optimizer.zero_grad(set_to_none=True)
+    return instruments.finish()
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.25, 100.0])
+@pytest.mark.parametrize("zero", ["each step", "zeros"])
+@pytest.mark.parametrize("batches_per_step", [1, 4])
+def test_gradients_cleared_after_every_optimizer_step_are_carried_over_none(batches_per_step, zero, scale):
+    m = run_loop(batches_per_step, zero, scale)
+    assert m["backwards_per_step"] == batches_per_step and m["optimizer_steps"] == 12 // batches_per_step
+    assert m["grad_carried_share"] == 0.0
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+@pytest.mark.parametrize("batches_per_step", [1, 4])
+def test_gradients_never_cleared_are_carried_over_at_every_step_whatever_the_loss_scale(batches_per_step, scale):
+    m = run_loop(batches_per_step, "never", scale)
+    assert m["grad_carried_share"] == 1.0  # 11 (or 2) steps after the first, each found last step's .grad
+
+
+def test_zeroing_before_every_backward_of_an_accumulation_carries_nothing_over():
+    # It is a different bug (each step follows only the last batch), not one of gradients carried across steps.
+    assert run_loop(4, "every batch")["grad_carried_share"] == 0.0
+
+
+def test_update_ratios_are_read_on_optimizer_steps_whatever_the_census_cadence():
+    # Census at batches 0, 1, 2, 4, 8; optimizer steps after batches 3, 7, 11: the census's own batch is never
+    # one a step follows, yet every census gets the ratio of the next step (batches 1 and 2 share step 3's).
+    m = run_loop(4, "each step", census_every=50)
+    assert m["census_steps"] == [0, 1, 2, 4, 8]
+    assert len(m["update_ratio_curve"]) == 3 and all(r > 0 for r in m["update_ratio_curve"])
+
+
 def test_accumulation_ratio_is_one_when_zeroed_and_grows_without_zero_grad():
     torch.manual_seed(0)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
