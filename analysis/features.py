@@ -201,6 +201,20 @@ FEATURES_LIST = [
         lambda m: _get(m, "grad_carried_share"),
     ),
     Feature(
+        "grad_kept_at_step",
+        "gradient norm at the optimizer step over its norm after backward (unscaled), median over steps",
+        "the gradient's own norm after backward: 1 exactly when nothing clips it, whatever its size",
+        True,
+        lambda m: _get(m, "grad_kept_at_step"),
+    ),
+    Feature(
+        "lr_peak_share",
+        "the highest rate an optimizer step used, over the rate the optimizer was built with",
+        "the optimizer's own rate (a scheduler's initial_lr): 1 exactly without a schedule, whatever the rate",
+        True,
+        lambda m: _get(m, "lr_peak_share"),
+    ),
+    Feature(
         "accumulation_ratio",
         "norm of .grad over the norm of a fresh gradient of the same loss",
         "a fresh gradient of the same loss on the same batch: 1 exactly when .grad holds this step's gradient",

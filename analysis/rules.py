@@ -85,6 +85,24 @@ RULES = [
         next_step="call model.train() before training steps and model.eval() before validation (and back again)",
     ),
     Rule(
+        verdict="over_clipped",
+        feature="grad_kept_at_step",
+        above=False,
+        evidence="the gradients reached the optimizer at {value:.1e} of their norm after backward (median over the"
+        " steps measured; {clipped_step_share:.0%} of those steps clipped; threshold {threshold:.1e})",
+        next_step="with a GradScaler, call scaler.unscale_(optimizer) before clip_grad_norm_ (clipping the scaled"
+        " gradients cuts them to max_norm / scale); without one, raise max_norm above the usual gradient norm",
+    ),
+    Rule(
+        verdict="warmup_never_ends",
+        feature="lr_peak_share",
+        above=False,
+        evidence="no optimizer step used more than {value:.1%} of the rate the optimizer was built with"
+        " ({lr_built:.2g}; threshold {threshold:.0%}): the schedule never brought the rate up",
+        next_step="check the schedule: a warmup given in steps where it counts epochs (or the reverse), or"
+        " scheduler.step() called once per epoch for a per-step schedule; log optimizer.param_groups[0]['lr']",
+    ),
+    Rule(
         verdict="double_softmax",
         feature="output_prob_share",
         above=True,

@@ -10,6 +10,20 @@ Three added lines in a user's loop:
         optimizer.step()
     print(doctor.report())                              # 3
 
+With mixed precision the doctor is given the loop's GradScaler, and after_backward still follows backward:
+
+    doctor = Doctor(model, optimizer, loss_fn, loader, scaler=scaler)
+        ...
+        scaler.scale(loss).backward()
+        doctor.after_backward(loss)                     # .grad is read divided by the scale
+        scaler.unscale_(optimizer)                      # clipping, if any, after this line
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+Gradient accumulation, clipping and learning-rate schedules need nothing more: the optimizer's step hooks see
+them (the backward passes per step, the gradient's norm at the step, the rate each step used).
+
 or `probe(...)` with a recipe (model factory, batches, loss, optimizer factory) runs a short loop itself.
 The measurements come from harness.instruments and harness.reference (the very code the grid's cells use), as
 one plain mapping with the keys of a grid record; analysis.features turns it into the features and
@@ -72,11 +86,13 @@ class Doctor:
         census_every: int = 50,
         keep_batches: int = 8,
         memorize_steps: int = 300,
+        scaler: "torch.amp.GradScaler | None" = None,
     ):
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
         self.memorize_steps = memorize_steps  # per rate, on a fresh model from model_factory (3 rates)
         self.validation, self.model_factory = validation, model_factory
-        self.instruments = Instruments(model, optimizer, loss_fn, census_every)
+        # With mixed precision the loop's GradScaler: .grad holds gradients times its scale until unscale_.
+        self.instruments = Instruments(model, optimizer, loss_fn, census_every, scaler=scaler)
         self.nonfinite = NonFiniteWatch(model, self.instruments.named_params)
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy).
@@ -137,6 +153,8 @@ class Doctor:
                 "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
             )
         measured = self.instruments.finish()
+        if self.instruments.scaler is None:
+            _no_hidden_scaler(self.instruments.kept_at_step)
         train_loss, train_acc = evaluate(self.model, self.loss_fn, list(self.recent), task=self.task)
         val_loss, val_acc = (
             evaluate(self.model, self.loss_fn, checked(self.validation, "validation"), task=self.task)
@@ -205,6 +223,9 @@ class Doctor:
                         READS_TRAINED_ACCURACY
                     )
                 findings = [first, *fitted]
+            skipped = measured["amp_skipped_share"]
+            if origin is None and skipped > SKIPPED_MOST:
+                findings = [_skipped_steps(measured), *(f for f in findings if f.verdict != HEALTHY)]
             device = next(self.model.parameters()).device
             starved = thresholds["starved_loader"]
             checklist = bigger_machine(
@@ -219,6 +240,40 @@ class Doctor:
             )
             self._report = Report(findings, checklist, self.steps, measured, features(measured), note)
         return self._report
+
+
+SKIPPED = "amp_steps_skipped"
+SKIPPED_MOST = 0.5  # by definition, not fitted: a run whose GradScaler skipped most steps barely trained
+
+
+def _skipped_steps(measured: Mapping) -> Finding:
+    """The GradScaler skipped most optimizer steps: gradients inf or NaN while the loss stayed finite.
+
+    A scaler halves its scale at each skipped step and grows it again only after 2000 clean ones, so a scale
+    collapsing toward zero is the same finding. Without a scaler the same gradients would make the weights NaN
+    (nonfinite_loss); with one the run goes on quietly, learning nothing.
+    """
+    evidence = (
+        f"the GradScaler skipped {measured['amp_skipped_share']:.0%} of optimizer steps because their gradients held"
+        f" inf or NaN, though the loss was finite; its scale fell to {measured['amp_scale_min']:.2g} (it starts at"
+        " 65536 and halves at each skipped step)"
+    )
+    return Finding(SKIPPED, evidence, f"look at {NEXT_STEPS['gradients']}", math.nan)
+
+
+def _no_hidden_scaler(kept_at_step: list[float]) -> None:
+    """Refuse a run whose gradients reached the optimizer divided by an exact power of two: a GradScaler's unscale.
+
+    Without the scaler the census reads gradients still multiplied by its scale (2^16 at first): every
+    gradient would look huge and every step clipped. Clipping keeps max_norm / norm, a power of two only by chance.
+    """
+    for kept in kept_at_step:
+        if 0 < kept <= 2**-3 and abs(math.log2(kept) - round(math.log2(kept))) < 1e-4:
+            raise CannotJudge(
+                f"the gradients reached optimizer.step() divided by exactly 2^{-round(math.log2(kept))}, as a"
+                " GradScaler unscales them: pass the loop's scaler, Doctor(..., scaler=scaler), so that its scale is"
+                " read"
+            )
 
 
 def _first_examples(batches: Iterable, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -103,7 +103,14 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     for group in optimizer.param_groups:
         group["lr"] *= cfg.loop.lr_scale  # the learning-rate faults: the optimizer's own rate off by a factor
     loss_fn = loss_function(cfg.loop.loss)
-    instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every) if instrumented else NoInstruments()
+    amp = cfg.loop.amp  # bfloat16 on the CPU needs no scaling, but the GradScaler runs the same either way
+    scaler = torch.amp.GradScaler(device.type, enabled=amp)
+    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    warmup = cfg.loop.warmup_steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
+    instruments = NoInstruments()
+    if instrumented:
+        instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every, scaler=scaler)
     clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
     stall = RelativeStall(cfg.data.batch_latency) if cfg.data.batch_latency > 0 else None
     batches = instruments.watch(
@@ -123,6 +130,8 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
     steps, eval_every, zero_every = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad_every
     accumulate = cfg.loop.accumulate  # batches (backward passes) per optimizer step
+    set_to_none, restore_train = cfg.loop.set_to_none, cfg.loop.restore_train_mode
+    clip_norm, clip_scaled = cfg.loop.clip_norm, cfg.loop.clip_before_unscale
     validate = partial(evaluate, model, loss_fn, [(x_val, y_val)], eval_mode=cfg.loop.eval_mode)
     snapshot_at = budgets(cfg.loop) if instrumented else []
     snapshots = []
@@ -134,19 +143,30 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         clock.begin_step()
         x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
         began = time.perf_counter()
-        loss = loss_fn(model(x), y)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
+            loss = loss_fn(model(x), y)
         # Zeroed before the first batch of an optimizer step: the fault "forgotten zero_grad" is this line missing.
         if zero_every and (step - 1) % (zero_every * accumulate) == 0:
-            optimizer.zero_grad()
-        (loss / accumulate if accumulate > 1 else loss).backward()  # k batches' mean: one batch of k times the size
+            optimizer.zero_grad(set_to_none=set_to_none)
+        # k batches' mean: one batch of k times the size. Without amp the scaler hands the loss back unchanged.
+        scaler.scale(loss / accumulate if accumulate > 1 else loss).backward()
         instruments.after_backward(loss)
         if step % accumulate == 0:
-            optimizer.step()
+            if clip_norm:
+                if not clip_scaled:
+                    scaler.unscale_(optimizer)  # the fault "clipped before unscale_" is this line after the next
+                nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            scaler.step(optimizer)  # unscales (unless done above) and steps, or skips a step with inf/NaN gradients
+            scaler.update()
+            if schedule is not None:
+                schedule.step()
         clock.end_step()
         if stall is not None:
             stall.record(time.perf_counter() - began)  # the slow loader's stall is a multiple of this
         if step % eval_every == 0 or step == steps:
             instruments.log_validation(step, *validate())
+            if not restore_train:
+                model.eval()  # the fault "left in eval mode": a validation that switches and never switches back
         if step in snapshot_at:  # the measurements as if the run stopped here (a shorter run is this prefix)
             snapshots.append({**instruments.snapshot(), **final_scores(model, loss_fn, x_train, y_train, x_val, y_val)})
         check()

@@ -11,6 +11,12 @@ function. They never see which fault (if any) was planted. A loop is observed wi
         optimizer.step()                            # step hooks measure update-to-weight ratios
     measurements = instruments.finish()
 
+With mixed precision, `Instruments(..., scaler=scaler)` is given the loop's `torch.amp.GradScaler`: the census
+reads gradients divided by its scale (what they are once unscaled), and the scale itself is a measurement.
+The optimizer's step hooks also read the loop's other standard pieces without being told of them: gradient
+clipping (the gradient's norm at the step against its norm after backward), and a learning-rate schedule (the
+rate in the optimizer's param group at each step, against the rate it was built with).
+
 `snapshot()` gives the scalar measurements at any point of the loop (the grid takes one at each step budget,
 as if the run had stopped there). `kept_examples()` returns the first training examples the loop was fed,
 for the reference fit (harness/reference.py).
@@ -51,6 +57,7 @@ PROBE_EXAMPLES = 16  # the probe batch: the first batch, grown from the next one
 # smallest batch is 16, so its cells are probed on their first batch)
 SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
 MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
+CLIPPED = 1 - 1e-4  # a step whose gradient norm fell below this share of its norm after backward was clipped
 
 
 def activation_census(model: nn.Module, x: torch.Tensor) -> dict:
@@ -167,8 +174,10 @@ class Instruments:
         loss_fn: Callable,
         census_every: int = 50,
         keep_examples: int = 1024,
+        scaler: "torch.amp.GradScaler | None" = None,
     ):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.census_every = census_every
         self.keep_examples = keep_examples
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # the first training examples, on the CPU
@@ -212,6 +221,19 @@ class Instruments:
         self._clear_check_due = False  # the first backward after an optimizer step looks at .grad once
         self.carried_steps = 0  # optimizer steps whose first backward found .grad not cleared
         self.checked_steps = 0
+        # Clipping: after each census, the gradient's norm after the last backward before the optimizer step
+        # (unscaled) and at the step itself (after whatever unscale_ and clip_grad_norm_ the loop did).
+        self.kept_at_step: list[float] = []  # per measured optimizer step: norm at the step over norm after backward
+        self._norm_after_backward = math.nan
+        self._clip_due = False
+        # The rate: the optimizer's own (its param group's "initial_lr" when a scheduler set one), and at each step.
+        self.lr_built = math.nan
+        self.lr_peak = math.nan
+        self.lr_last = math.nan
+        # Mixed precision: the GradScaler's scale at each census, and the steps it skipped (its scale halves at each).
+        self.scales: list[float] = []
+        self.skipped_steps = 0
+        self._scale_read_at = -1  # the step of the last read
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
@@ -404,7 +426,11 @@ class Instruments:
                 self._init_state = self._weights()
         if self.is_census_step(self.step):
             self._census()
-            self._ratio_due = True
+            self._ratio_due = self._clip_due = True
+            if self.scaler is not None:
+                self._read_scale()
+        if self._clip_due:  # every backward until the step: with accumulation the last one is what is stepped
+            self._norm_after_backward = self._grad_norm() / self._grad_scale()
 
     def _activation_census(self) -> dict:
         self._own_forward = True
@@ -446,9 +472,43 @@ class Instruments:
         device = next(self.model.parameters()).device
         return tensor.to(device, non_blocking=True)
 
+    def _grad_scale(self) -> float:
+        """What `.grad` is multiplied by now: the GradScaler's scale, until the loop has called unscale_ (else 1)."""
+        if self.scaler is None:
+            return 1.0
+        # Private, and the only way to ask: GradScaler records per optimizer whether unscale_ ran for this step
+        # (OptState.UNSCALED). A loop that calls after_backward after unscale_ then reads true gradients too.
+        state = self.scaler._per_optimizer_states.get(id(self.optimizer), {})
+        stage = state.get("stage")
+        if stage is not None and getattr(stage, "name", "") == "UNSCALED":
+            return 1.0
+        scale = float(self.scaler.get_scale())
+        return scale if scale > 0 else math.nan  # halved to 0 (every step skipped): nothing left to read
+
+    def _read_scale(self) -> None:
+        """The scale at this census; each halving since the last one is a step the scaler skipped (non-finite)."""
+        scale = float(self.scaler.get_scale())
+        last = self.scales[-1] if self.scales else math.nan
+        if 0 < scale < last:
+            self.skipped_steps += round(math.log2(last / scale))
+        elif scale == 0 < last:  # halved below float32's smallest number (2^-149) on the way
+            self.skipped_steps += round(math.log2(last / 2**-149)) + 1
+        elif scale == last == 0:  # at 0 nothing halves any more, and every step is skipped
+            self.skipped_steps += self.step - self._scale_read_at
+        self.scales.append(scale)
+        self._scale_read_at = self.step
+
+    def _grad_norm(self) -> float:
+        """The norm of all of `.grad` together, as clip_grad_norm_ computes it (as stored: scaled, under AMP)."""
+        grads = [p.grad for _, p in self.named_params if p.grad is not None]
+        if not grads:
+            return math.nan
+        return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float()))
+
     def _census(self) -> None:
         norms, maxima, zero_shares, missing = [], [], [], []
         zeros = elements = 0
+        scale = self._grad_scale()  # under AMP the census reads the gradients as the optimizer will get them
         for _, param in self.named_params:
             grad = param.grad
             missing.append(grad is None)
@@ -456,8 +516,8 @@ class Instruments:
                 norms.append(math.nan), maxima.append(math.nan), zero_shares.append(math.nan)
                 continue
             n_zero = int((grad == 0).sum())
-            norms.append(float(grad.norm()))
-            maxima.append(float(grad.abs().max()))
+            norms.append(float(grad.norm()) / scale)
+            maxima.append(float(grad.abs().max()) / scale)
             zero_shares.append(n_zero / grad.numel())
             zeros += n_zero
             elements += grad.numel()
@@ -508,6 +568,7 @@ class Instruments:
             for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
                 buffer.copy_(saved)
         held = math.sqrt(sum(float(p.grad.norm()) ** 2 for p, f in zip(pairs, fresh, strict=True) if f is not None))
+        held /= self._grad_scale()
         new = math.sqrt(sum(float(f.norm()) ** 2 for f in fresh if f is not None))
         return held / new if new > 0 else math.nan
 
@@ -527,7 +588,19 @@ class Instruments:
         self.carried_steps += int(held is not None and bool(held.ne(0).any()))
 
     # ----- optimizer step hooks: update-to-weight ratio, backward passes per step ----------------------------
-    def _before_step(self, _optimizer, _args, _kwargs) -> None:
+    def _before_step(self, optimizer, _args, _kwargs) -> None:
+        group = optimizer.param_groups[0]
+        lr = float(group["lr"])  # as a scheduler left it for this step
+        if math.isnan(self.lr_built):
+            self.lr_built = float(group.get("initial_lr", lr))  # schedulers keep the rate they started from here
+        self.lr_peak = lr if math.isnan(self.lr_peak) else max(self.lr_peak, lr)
+        self.lr_last = lr
+        if self._clip_due:
+            # Called after the loop's unscale_ and clip_grad_norm_ (GradScaler.step unscales before it steps).
+            at_step = self._grad_norm()
+            if math.isfinite(at_step) and math.isfinite(self._norm_after_backward) and self._norm_after_backward > 0:
+                self.kept_at_step.append(at_step / self._norm_after_backward)
+            self._clip_due = False
         # The first optimizer step at or after a census: with gradient accumulation the census's own backward
         # pass is seldom the one an optimizer step follows.
         if self._ratio_due:
@@ -583,6 +656,8 @@ class Instruments:
         elif self.task == "regression":
             majority = 0.0  # the R² of always predicting the mean
         outputs = self._output_checks()
+        if self.scaler is not None:
+            self._read_scale()  # the scale as the run stops, and the steps skipped since the last census
         forwards = self.forwards
         never = (
             [all(c["missing"][i] for c in self.censuses) for i in range(len(self.named_params))]
@@ -616,6 +691,19 @@ class Instruments:
             "backwards_per_step": _median(self.backwards_per_step),
             "optimizer_steps": self.optimizer_steps,
             "grad_carried_share": self.carried_steps / self.checked_steps if self.checked_steps else math.nan,
+            # Clipping: 1 exactly on a step nothing clipped; clip_grad_norm_ at max_norm m keeps m / norm.
+            "grad_kept_at_step": _median(self.kept_at_step),
+            "clipped_step_share": sum(k < CLIPPED for k in self.kept_at_step) / len(self.kept_at_step)
+            if self.kept_at_step
+            else math.nan,
+            "lr_built": self.lr_built,
+            "lr_peak_share": self.lr_peak / self.lr_built if self.lr_built > 0 else math.nan,
+            "lr_last_share": self.lr_last / self.lr_built if self.lr_built > 0 else math.nan,
+            "amp_scale_min": min(self.scales, default=math.nan),
+            "amp_scale_last": self.scales[-1] if self.scales else math.nan,
+            "amp_skipped_share": self.skipped_steps / (self.skipped_steps + self.optimizer_steps)
+            if self.scaler is not None and self.skipped_steps + self.optimizer_steps
+            else math.nan,
             "update_ratio_median": _median(r for r, c in zip(update_ratio, counted, strict=False) if c),
             "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
             "grad_depth_ratio_init": self.censuses[0]["depth_ratio"] if self.censuses else math.nan,

@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 8  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 9  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
-# 8: the loop's shape (backward passes per optimizer step, gradients carried across steps)
+# 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
+# learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -88,6 +89,19 @@ _COLUMNS = [
     ("backwards_per_step", _f64, "median backward passes per optimizer step (k when accumulating over k batches)"),
     ("optimizer_steps", _i64, "optimizer steps taken"),
     ("grad_carried_share", _f64, "share of optimizer steps whose next backward found .grad not cleared"),
+    (
+        "grad_kept_at_step",
+        _f64,
+        "median over the optimizer steps after each census: gradient norm at the step over its (unscaled) norm after"
+        " the last backward (1 = not clipped)",
+    ),
+    ("clipped_step_share", _f64, "share of those steps whose gradient norm was cut (by clipping) at the step"),
+    ("lr_built", _f64, "the optimizer's rate before any schedule (param group 0's initial_lr, else its first lr)"),
+    ("lr_peak_share", _f64, "the highest rate any optimizer step used, over lr_built"),
+    ("lr_last_share", _f64, "the last optimizer step's rate, over lr_built"),
+    ("amp_scale_min", _f64, "the GradScaler's smallest scale (read at census steps and at the end; none: NaN)"),
+    ("amp_scale_last", _f64, "the GradScaler's scale at the end"),
+    ("amp_skipped_share", _f64, "share of optimizer steps the GradScaler skipped for inf/NaN gradients (scale halved)"),
     ("update_ratio", pa.list_(_f64), "per parameter: median |step update| / |weight| at census steps"),
     (
         "update_ratio_median",
@@ -181,6 +195,14 @@ CHECKPOINT_COLUMNS = [
     "backwards_per_step",
     "optimizer_steps",
     "grad_carried_share",
+    "grad_kept_at_step",
+    "clipped_step_share",
+    "lr_built",
+    "lr_peak_share",
+    "lr_last_share",
+    "amp_scale_min",
+    "amp_scale_last",
+    "amp_skipped_share",
     "update_ratio_median",
     "update_ratio_peak",
     "grad_depth_ratio_init",

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 sys.path.insert(0, str(ROOT / "examples"))
 from digits_cnn import TRAIN, VAL, SmallCNN
 
-from doctor import Doctor, UnsupportedTask, probe
+from doctor import CannotJudge, Doctor, UnsupportedTask, probe
 
 STEPS = 200
 
@@ -33,9 +33,9 @@ FAULTS = {
 }
 
 
-def cnn_factory(channels=16, hidden=64, bias=None, frozen=False):
+def cnn_factory(channels=16, hidden=64, bias=None, frozen=False, batchnorm=False):
     def make():
-        net = SmallCNN(channels=channels, hidden=hidden, batchnorm=False)  # BatchNorm would hide input scale and biases
+        net = SmallCNN(channels=channels, hidden=hidden, batchnorm=batchnorm)  # BatchNorm hides input scale and biases
         if bias is not None:
             for layer in net.modules():
                 if isinstance(layer, nn.Conv2d | nn.Linear) and layer is not net.head[-1]:
@@ -46,6 +46,18 @@ def cnn_factory(channels=16, hidden=64, bias=None, frozen=False):
         return net
 
     return make
+
+
+class SqrtGate(nn.Module):
+    """A model times (1 + sqrt(gate)), the gate starting at 0: the derivative of sqrt at 0 is inf, the loss finite."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.gate = net, nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        out = self.net(x)
+        return out * (1 + torch.sqrt(self.gate))
 
 
 def training_batches(scale=1.0, shuffle_labels=False, latency=0.0):
@@ -73,28 +85,52 @@ def wrapped_run(fault: str, steps: int = STEPS):
     """A user's own loop with the doctor's three lines, the planted fault in its pieces or its loop."""
     knobs = FAULTS[fault]
     torch.manual_seed(0)
-    make = cnn_factory(**{k: knobs[k] for k in ("channels", "hidden", "bias", "frozen") if k in knobs})
+    make = cnn_factory(**{k: knobs[k] for k in ("channels", "hidden", "bias", "frozen", "batchnorm") if k in knobs})
+    if knobs.get("sqrt_at_zero"):
+        make = (lambda inner: lambda: SqrtGate(inner()))(make)
     net = make()
     optimizer = torch.optim.Adam(net.parameters(), lr=knobs.get("lr", 1e-3))
+    warmup = knobs.get("warmup", 0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
+    amp = knobs.get("amp", False)
+    scaler = torch.amp.GradScaler("cpu", enabled=amp)
     loss_fn = nn.CrossEntropyLoss()
     data = {k: knobs[k] for k in ("scale", "shuffle_labels", "latency") if k in knobs}
     # 100 memorization steps per rate instead of 300: the checklist's "it learns" is not what these tests check
     doctor = Doctor(
-        net, optimizer, loss_fn, validation=validation(knobs.get("scale", 1.0)), model_factory=make, memorize_steps=100
+        net,
+        optimizer,
+        loss_fn,
+        validation=validation(knobs.get("scale", 1.0)),
+        model_factory=make,
+        memorize_steps=100,
+        scaler=None if knobs.get("hide_scaler") else scaler,
     )
-    step, k = 0, knobs.get("accumulate", 1)
+    step, k, clip, left_in_eval = 0, knobs.get("accumulate", 1), knobs.get("clip", 0.0), knobs.get("eval_left", 0)
     while step < steps:
         if knobs.get("zero_per_epoch"):
             optimizer.zero_grad()  # accumulation done wrong: cleared once per epoch instead of after every step
         for x, y in doctor.watch(training_batches(**data)):
-            loss = loss_fn(net(x), y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                loss = loss_fn(net(x), y)
             if knobs.get("zero_grad", True) and not knobs.get("zero_per_epoch") and step % k == 0:
-                optimizer.zero_grad()
-            (loss / k).backward()  # k > 1: gradient accumulation, each batch a k-th of the step
+                optimizer.zero_grad(set_to_none=knobs.get("set_to_none", True))
+            scaler.scale(loss / k).backward()  # k > 1: gradient accumulation, each batch a k-th of the step
             doctor.after_backward(loss)
             step += 1
             if step % k == 0:
-                optimizer.step()
+                if clip:
+                    if not knobs.get("clip_scaled"):
+                        scaler.unscale_(optimizer)
+                    nn.utils.clip_grad_norm_(net.parameters(), clip)
+                scaler.step(optimizer)
+                scaler.update()
+                if schedule is not None:
+                    schedule.step()
+            if left_in_eval and step % left_in_eval == 0:
+                net.eval()  # a validation that switches to eval mode and never back
+                with torch.no_grad():
+                    net(validation()[0][0])
             if step == steps:
                 break
     return doctor.report()
@@ -104,20 +140,39 @@ def wrapped_run(fault: str, steps: int = STEPS):
 LOOPS = {
     "accumulation on purpose": ({"accumulate": 4, "lr": 2e-3}, "healthy"),
     "accumulation zeroed once per epoch": ({"accumulate": 4, "lr": 2e-3, "zero_per_epoch": True}, "no_zero_grad"),
+    "mixed precision, unscale_ before clipping": ({"amp": True, "clip": 1.0}, "healthy"),
+    "mixed precision, clipped before unscale_": ({"amp": True, "clip": 1.0, "clip_scaled": True}, "over_clipped"),
+    "mixed precision, a sqrt at 0 in the model": ({"amp": True, "sqrt_at_zero": True}, "amp_steps_skipped"),
+    "clipped at a norm of 1": ({"clip": 1.0}, "healthy"),
+    "a warmup of 20 steps": ({"warmup": 20}, "healthy"),
+    "a warmup that never ends": ({"warmup": 100_000}, "warmup_never_ends"),
+    "zero_grad(set_to_none=False)": ({"set_to_none": False}, "healthy"),
+    "BatchNorm, validated in the loop and switched back": ({"batchnorm": True}, "healthy"),
+    "BatchNorm, left in eval mode after a validation": ({"batchnorm": True, "eval_left": 20}, "wrong_mode"),
 }
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_the_doctor_reads_gradient_accumulation_from_the_loop_not_from_the_loss(loop, monkeypatch):
+def test_the_doctor_judges_loops_of_every_standard_shape(loop, monkeypatch):
     knobs, verdict = LOOPS[loop]
     monkeypatch.setitem(FAULTS, loop, knobs)
-    report = wrapped_run(loop, steps=4 * STEPS)
+    report = wrapped_run(loop, steps=4 * STEPS if "accumulate" in knobs else STEPS)
     assert report.verdict == verdict, str(report)
-    carried = report.features["grad_carried_share"]
-    if verdict == "healthy":
-        assert carried == 0.0
-    else:  # cleared once per epoch (20 optimizer steps): the first step of each epoch carries nothing
-        assert 0.75 < carried < 1.0
+    if "accumulate" in knobs:  # read from the loop, not from the loss (which the user divides by 4)
+        carried = report.features["grad_carried_share"]
+        # cleared once per epoch (20 optimizer steps): the first step of each epoch carries nothing
+        assert carried == 0.0 if verdict == "healthy" else 0.75 < carried < 1.0
+    if knobs.get("amp") and verdict != "amp_steps_skipped":
+        assert report.measurements["amp_scale_last"] == 65536.0 and report.measurements["amp_skipped_share"] == 0.0
+    if verdict == "amp_steps_skipped":  # every step skipped: the scale halved 200 times, to a float32 denormal
+        assert report.measurements["amp_skipped_share"] == 1.0 and report.measurements["amp_scale_min"] < 1e-30
+
+
+def test_a_grad_scaler_the_doctor_was_not_given_is_named_not_misread(monkeypatch):
+    # Read as they are, the scaled gradients would be 65536 times too large and every step clipped to 2^-16.
+    monkeypatch.setitem(FAULTS, "scaler not given", {"amp": True, "hide_scaler": True})
+    with pytest.raises(CannotJudge, match=r"divided by exactly 2\^16.*Doctor\(\.\.\., scaler=scaler\)"):
+        wrapped_run("scaler not given", steps=60)
 
 
 @pytest.mark.parametrize("fault", FAULTS)

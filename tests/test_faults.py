@@ -60,6 +60,40 @@ def test_accumulation_on_purpose_carries_nothing_across_steps_and_forgotten_zero
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
+def test_gradients_zeroed_in_place_carry_nothing_across_steps(dataset):
+    assert short_run("healthy_zeroed_grads", dataset)["grad_carried_share"] == 0.0
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_mixed_precision_is_read_unscaled_and_clipping_before_unscale_cuts_every_step(dataset):
+    plain, amp = short_run("healthy", dataset), short_run("healthy_amp", dataset)
+    wrong = short_run("amp_clip_before_unscale", dataset)
+    assert math.isnan(plain["amp_scale_last"])
+    for record in (amp, wrong):
+        assert record["amp_scale_last"] == 65536.0 and record["amp_skipped_share"] == 0.0
+    # The census reads the gradients as the optimizer gets them: as large as without mixed precision (bfloat16's
+    # rounding aside), not 65536 times larger.
+    assert amp["grad_norm_curve"][0] == pytest.approx(plain["grad_norm_curve"][0], rel=0.05)
+    assert amp["grad_kept_at_step"] > 0.3
+    assert wrong["grad_kept_at_step"] < 1e-3 and wrong["clipped_step_share"] == 1.0
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_clipping_control_cuts_some_steps_by_a_modest_factor(dataset):
+    plain, clipped = short_run("healthy", dataset), short_run("healthy_clipping", dataset)
+    assert (plain["grad_kept_at_step"], plain["clipped_step_share"]) == (1.0, 0.0)
+    assert clipped["clipped_step_share"] > 0 and 0.1 < clipped["grad_kept_at_step"] <= 1.0
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_a_warmup_that_ends_reaches_the_rate_and_one_that_never_ends_does_not(dataset):
+    # 40 steps: a warmup of 60 steps reaches 40/60 of the rate by then, one of 60 000 steps 40/60 000.
+    assert short_run("healthy", dataset)["lr_peak_share"] == 1.0
+    assert short_run("healthy_warmup", dataset)["lr_peak_share"] == pytest.approx(40 / 60)
+    assert short_run("warmup_never_ends", dataset)["lr_peak_share"] == pytest.approx(40 / 60000)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
 def test_frozen_params_leave_most_weights_without_gradient(dataset):
     assert short_run("healthy", dataset)["params_without_grad"] == 0
     record = short_run("frozen_params", dataset)
@@ -184,6 +218,8 @@ def test_wrong_mode_faults_are_seen_in_the_forwards_and_dropout_alone_is_not(dat
     assert control["eval_in_train_share"] == 0 and control["train_in_eval_share"] == 0
     assert short_run("eval_in_train_mode", dataset)["eval_in_train_share"] == 1
     assert short_run("train_in_eval_mode", dataset)["train_in_eval_share"] == 1
+    # Validated at step 20 of 40 and left in eval mode: steps 21 to 40 train in eval mode.
+    assert short_run("eval_left_on", dataset)["train_in_eval_share"] == 0.5
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

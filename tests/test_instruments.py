@@ -1,6 +1,7 @@
 """The instruments give known answers on hand-made tiny models, and never change the training they watch."""
 
 import math
+import statistics
 import time
 
 import pytest
@@ -154,6 +155,82 @@ def test_update_ratios_are_read_on_optimizer_steps_whatever_the_census_cadence()
     m = run_loop(4, "each step", census_every=50)
     assert m["census_steps"] == [0, 1, 2, 4, 8]
     assert len(m["update_ratio_curve"]) == 3 and all(r > 0 for r in m["update_ratio_curve"])
+
+
+def standard_loop(scaler=None, clip=0.0, clip_scaled=False, unscale_first=False, loss_factor=1.0, warmup=0, steps=6):
+    """A Linear(4, 3) SGD loop with the standard pieces: a GradScaler, clip_grad_norm_, a warmup; census every step.
+
+    clip_scaled: clip before scaler.unscale_ (the bug); unscale_first: unscale_ before after_backward is called.
+    """
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1, scaler=scaler)
+    data = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(steps)]
+    for x, y in instruments.watch(data):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y) * loss_factor
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if unscale_first:
+            scaler.unscale_(optimizer)
+        instruments.after_backward(loss)
+        if clip:
+            if scaler is not None and not (clip_scaled or unscale_first):
+                scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        if schedule is not None:
+            schedule.step()
+    return instruments.finish()
+
+
+@pytest.mark.parametrize("unscale_first", [False, True])
+def test_a_grad_scaler_is_read_through_its_scale(unscale_first):
+    plain, scaled = standard_loop(), standard_loop(torch.amp.GradScaler("cpu"), unscale_first=unscale_first)
+    assert scaled["grad_norm_curve"] == pytest.approx(plain["grad_norm_curve"], rel=1e-5)  # not 65536 times larger
+    assert scaled["update_ratio_curve"] == pytest.approx(plain["update_ratio_curve"], rel=1e-5)
+    assert scaled["grad_kept_at_step"] == pytest.approx(1.0) and scaled["clipped_step_share"] == 0.0
+    assert (scaled["amp_scale_min"], scaled["amp_scale_last"], scaled["amp_skipped_share"]) == (65536.0, 65536.0, 0.0)
+    assert math.isnan(plain["amp_scale_last"]) and math.isnan(plain["amp_skipped_share"])
+
+
+def test_steps_a_grad_scaler_skips_are_counted_by_its_halving_scale():
+    # Gradients overflow float32 once scaled (1e36 x 65536): every step is skipped and the scale halves each time.
+    m = standard_loop(torch.amp.GradScaler("cpu"), loss_factor=1e36)
+    assert m["optimizer_steps"] == 0 and m["amp_skipped_share"] == 1.0
+    assert (m["amp_scale_min"], m["amp_scale_last"]) == (65536.0 / 2**6, 65536.0 / 2**6)
+
+
+def test_clipping_known_answers():
+    plain = standard_loop()
+    assert plain["grad_kept_at_step"] == 1.0 and plain["clipped_step_share"] == 0.0
+    clipped = standard_loop(clip=1e-3)  # every step cut to norm 1e-3: kept 1e-3 / the norm after backward
+    expected = [1e-3 / n for n in clipped["grad_norm_curve"]]
+    assert clipped["grad_kept_at_step"] == pytest.approx(statistics.median(expected), rel=1e-4)
+    assert clipped["clipped_step_share"] == 1.0
+    loose = standard_loop(clip=1e6)
+    assert loose["grad_kept_at_step"] == 1.0 and loose["clipped_step_share"] == 0.0
+
+
+def test_clipping_before_unscale_keeps_a_scale_th_of_the_clipped_norm():
+    right = standard_loop(torch.amp.GradScaler("cpu"), clip=1.0)
+    wrong = standard_loop(torch.amp.GradScaler("cpu"), clip=1.0, clip_scaled=True)
+    assert right["clipped_step_share"] == 0.0  # unscaled, these gradients are well under norm 1
+    expected = [1.0 / (65536 * n) for n in wrong["grad_norm_curve"]]
+    assert wrong["grad_kept_at_step"] == pytest.approx(statistics.median(expected), rel=1e-4)
+    assert wrong["clipped_step_share"] == 1.0
+
+
+def test_the_rate_is_read_against_the_one_the_optimizer_was_built_with():
+    plain, warming = standard_loop(), standard_loop(warmup=10)  # 6 steps at 0.1, 0.2, ... 0.6 of the rate
+    assert (plain["lr_built"], plain["lr_peak_share"], plain["lr_last_share"]) == (0.1, 1.0, 1.0)
+    assert warming["lr_built"] == 0.1
+    assert warming["lr_peak_share"] == pytest.approx(0.6) and warming["lr_last_share"] == pytest.approx(0.6)
 
 
 def test_accumulation_ratio_is_one_when_zeroed_and_grows_without_zero_grad():

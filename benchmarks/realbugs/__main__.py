@@ -48,6 +48,7 @@ TOOL_NAMES = {
 VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     "lr_too_high": ("lr",),
     "lr_too_low": ("lr",),
+    "warmup_never_ends": ("lr",),  # a schedule is the learning rate's
     "still_improving": ("epoch",),
     "constant_output": ("act",),  # the last layer's activation (a softmax over one unit, a dead ReLU output)
     # The output's activation, or the one the loss applies itself (cross-entropy's softmax), cannot produce the
@@ -66,8 +67,10 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     "shuffled_labels": ("training_data_quality",),
     "class_imbalance": ("training_data_quality",),
     "periodic_bad_batch": ("training_data_quality",),
+    "amp_steps_skipped": (),  # mixed precision is the loop's (Keras writes it)
     "nonfinite_loss": (),  # where the NaN came from is in its evidence, not one fault type
     "no_zero_grad": (),
+    "over_clipped": (),  # clipping and loss scaling are the loop's (Keras writes it)
     "wrong_mode": (),
     "starved_loader": (),
     "healthy": (),
