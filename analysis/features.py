@@ -299,6 +299,13 @@ FEATURES_LIST = [
         lambda m: _get(m, "saturated_share_init"),
     ),
     Feature(
+        "batch_label_mix",
+        "mean entropy of each batch's labels over that of batches drawn at random from the labels seen",
+        "a shuffled batch of the same size from the same labels: 1 for shuffled data, whatever the class mix",
+        False,
+        lambda m: _get(m, "batch_label_mix"),
+    ),
+    Feature(
         "label_imbalance",
         "most frequent over least frequent training class",
         "the rarest class's count",

@@ -10,10 +10,12 @@ feed, model family, steps). The harm is read on what the fault costs:
 - accuracy: validation accuracy below the twin's by more than max(0.01, two binomial standard errors of the
   twin's accuracy on that many validation examples);
 - time (starved_loader): the training loop at least 1.5 times as long as the twin's;
-- by definition (wrong_mode, periodic_bad_batch, double_softmax, over_clipped): the loop is wrong whatever the
-  accuracy says: validation read with dropout on, a tenth of the batches with random labels, a loss handed
-  probabilities, gradients clipped while still scaled by a GradScaler (to max_norm / 65536: Adam, which divides
-  any gradient scale out, hides it; SGD barely moves). These count as harmful in every cell.
+- by definition (wrong_mode, periodic_bad_batch, double_softmax, over_clipped, unshuffled_batches): the loop is
+  wrong whatever the accuracy says: validation read with dropout on, a tenth of the batches with random labels,
+  a loss handed probabilities, gradients clipped while still scaled by a GradScaler (to max_norm / 65536: Adam,
+  which divides any gradient scale out, hides it; SGD barely moves), batches sorted by class (each step trains
+  on one class, and the model a run ends with depends on where in the sorted order it stopped). These count
+  as harmful in every cell.
 A fault cell without a twin in the records counts as harmful.
 
 `label_stopped_early` reads harm the same way along one run: a healthy run cut at a shorter budget whose own
@@ -29,7 +31,7 @@ from omegaconf import OmegaConf
 
 from analysis.rules import HEALTHY
 
-BY_DEFINITION = {"wrong_mode", "periodic_bad_batch", "double_softmax", "over_clipped"}
+BY_DEFINITION = {"wrong_mode", "periodic_bad_batch", "double_softmax", "over_clipped", "unshuffled_batches"}
 BY_TIME = {"starved_loader": 1.5}
 
 

@@ -153,6 +153,15 @@ RULES = [
         " non-saturating activation",
     ),
     Rule(
+        verdict="unshuffled_batches",
+        feature="batch_label_mix",
+        above=False,
+        evidence="the batches held few of the classes: their labels' entropy was {value:.0%} of a shuffled batch's of"
+        " the same size from the same labels (threshold {threshold:.0%})",
+        next_step="shuffle the training examples every epoch (DataLoader(..., shuffle=True)): data sorted by class and"
+        " fed in order trains on one class at a time and forgets the others",
+    ),
+    Rule(
         verdict="class_imbalance",
         feature="prior_shift",
         above=True,

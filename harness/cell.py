@@ -124,6 +124,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
             bad_batch_every=cfg.data.bad_batch_every,
             n_classes=data.n_classes,
             kind=cfg.data.batches,
+            order=cfg.data.order,
         )
     )
 

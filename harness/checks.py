@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 BATCH_KINDS = ("indexed", "dataloader")
+BATCH_ORDERS = ("shuffled", "fixed", "class_sorted")  # the order examples are fed in (harness/data.py)
 OUTPUTS = ("logits", "softmax", "relu", "sigmoid", "tanh")  # what the model's head hands to the loss (harness/model.py)
 TARGET_ENCODINGS = ("index", "onehot", "pm_one")  # how the loop hands the class labels to the loss (harness/cell.py)
 LOSS_NAMES = ("cross_entropy", "mse")  # the grid's loss functions (harness/cell.py)
@@ -64,6 +65,7 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "data.minority_share": _between(0, 1, True, False),
     "data.batch_size": _int_at_least(1),
     "data.batches": ((lambda v: v in BATCH_KINDS), " or ".join(BATCH_KINDS)),
+    "data.order": ((lambda v: v in BATCH_ORDERS), ", ".join(BATCH_ORDERS)),
     "data.batch_latency": _NON_NEGATIVE,
     "data.bad_batch_every": _int_at_least(0),
     "loop.steps": _int_at_least(1),

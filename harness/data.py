@@ -20,7 +20,7 @@ import torch
 from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks import BATCH_KINDS, dataset_problem, load_dataset
+from harness.checks import BATCH_KINDS, BATCH_ORDERS, dataset_problem, load_dataset
 
 
 @dataclass
@@ -99,6 +99,7 @@ def training_batches(
     bad_batch_every: int = 0,
     n_classes: int = 0,
     kind: str = "indexed",
+    order: str = "shuffled",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless shuffled minibatches, reshuffled each epoch; the last partial batch of an epoch is dropped.
 
@@ -109,21 +110,29 @@ def training_batches(
     what it asks for, however coarse the OS's sleep is.
     bad_batch_every = k > 0 makes every k-th batch a mislabeled one (random labels out of n_classes), like a
     corrupt shard met once per pass.
+    order: "shuffled" (a new random order each epoch), "fixed" (one random order, the same every epoch: a
+    DataLoader with shuffle=False over data shuffled once) or "class_sorted" (sorted by label, fed in order
+    every epoch: shuffle=False over data stored class by class).
     """
     if batch_size > len(x):
         raise ValueError(f"batch_size {batch_size} exceeds the {len(x)} training examples")
     if kind not in BATCH_KINDS:
         raise ValueError(f"unknown data.batches {kind!r}: choose {', '.join(BATCH_KINDS)}")
+    if order not in BATCH_ORDERS:
+        raise ValueError(f"unknown data.order {order!r}: choose {', '.join(BATCH_ORDERS)}")
     generator = torch.Generator().manual_seed(seed)
+    fixed = torch.randperm(len(x), generator=generator) if order == "fixed" else None
+    if order == "class_sorted":
+        fixed = torch.argsort(y, stable=True)
     owed = 0.0  # stall still owed: the OS oversleeps short sleeps, so the excess is taken off the next one
     served = 0
     while True:
-        order = torch.randperm(len(x), generator=generator)
+        indices = torch.randperm(len(x), generator=generator) if fixed is None else fixed
         if kind == "dataloader":
-            loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, sampler=order.tolist(), drop_last=True)
+            loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, sampler=indices.tolist(), drop_last=True)
             epoch = iter(loader)
         else:
-            epoch = (order[s : s + batch_size] for s in range(0, len(x) - batch_size + 1, batch_size))
+            epoch = (indices[s : s + batch_size] for s in range(0, len(x) - batch_size + 1, batch_size))
         for item in epoch:
             if stall is not None:
                 owed += stall()

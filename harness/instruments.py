@@ -48,6 +48,12 @@ from harness.targets import (
 )
 
 
+def _entropy(counts: torch.Tensor) -> torch.Tensor:
+    """The entropy (nats) of each row of counts."""
+    p = counts / counts.sum(dim=1, keepdim=True).clamp(min=1)
+    return -(p * p.clamp(min=1e-300).log()).sum(dim=1)
+
+
 def _median(values: Iterable[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return median(finite) if finite else math.nan
@@ -57,6 +63,7 @@ PROBE_EXAMPLES = 16  # the probe batch: the first batch, grown from the next one
 # smallest batch is 16, so its cells are probed on their first batch)
 SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
 MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
+BATCH_DRAWS = 256  # random batches the label mix is compared with
 CLIPPED = 1 - 1e-4  # a step whose gradient norm fell below this share of its norm after backward was clipped
 
 
@@ -199,6 +206,8 @@ class Instruments:
         self.label_positives: torch.Tensor | None = None  # multi-label: how often each label is 1
         self.label_rows = 0
         self._pending_labels: list[torch.Tensor] = []  # counted in bulk: a bincount per step costs more than it says
+        self.batch_entropies: list[float] = []  # per batch with class labels: the entropy of its labels (nats)
+        self.batch_sizes: list[int] = []
         self._spikes_found: list[int] = []  # the spikes of the first `_spikes_upto` losses, measured already
         self._spikes_upto = 0
         self.init_census: dict = {}
@@ -357,10 +366,40 @@ class Instruments:
             return
         if labels is None or not len(labels) or int(labels.min()) < 0:
             return
+        sizes = [len(t) for t in pending]
+        if sum(sizes) == len(labels):
+            self._batch_entropies(labels, sizes)
         counts = torch.bincount(labels, minlength=0 if self.label_counts is None else len(self.label_counts))
         if self.label_counts is not None and len(counts) > len(self.label_counts):
             self.label_counts = torch.nn.functional.pad(self.label_counts, (0, len(counts) - len(self.label_counts)))
         self.label_counts = counts if self.label_counts is None else self.label_counts + counts
+
+    def _batch_entropies(self, labels: torch.Tensor, sizes: list[int]) -> None:
+        """The entropy of each batch's labels, for batches laid end to end in `labels` (one bincount for all)."""
+        labels = labels.cpu()
+        classes = int(labels.max()) + 1
+        batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        counts = torch.bincount(batch * classes + labels, minlength=len(sizes) * classes).reshape(len(sizes), classes)
+        self.batch_entropies.extend(_entropy(counts.double()).tolist())
+        self.batch_sizes.extend(sizes)
+
+    def _batch_label_mix(self) -> float:
+        """Mean entropy of the batches' labels over that of batches drawn at random from the labels seen.
+
+        1 for shuffled batches, whatever the class mix (an imbalanced set has a lower entropy in both); near 0 when
+        each batch holds one class, as data sorted by class and fed in order gives. NaN where a shuffled batch
+        has no entropy to compare with (one class, batches of one example).
+        """
+        if not self.batch_entropies or self.label_counts is None or self.label_counts.sum() == 0:
+            return math.nan
+        size = int(median(self.batch_sizes))
+        prior = self.label_counts.double() / self.label_counts.sum()
+        generator = torch.Generator().manual_seed(0)  # the same yardstick for the same labels, run after run
+        draws = torch.multinomial(prior, size * BATCH_DRAWS, replacement=True, generator=generator)
+        draws = draws.reshape(BATCH_DRAWS, size) + len(prior) * torch.arange(BATCH_DRAWS).unsqueeze(1)
+        counts = torch.bincount(draws.flatten(), minlength=BATCH_DRAWS * len(prior)).reshape(BATCH_DRAWS, len(prior))
+        shuffled = float(_entropy(counts.double()).mean())
+        return float(np.mean(self.batch_entropies)) / shuffled if shuffled > 1e-9 else math.nan
 
     # ----- forward hooks: train/eval mode and what the model outputs --------------------------------------------
     def _before_forward(self, model, _inputs) -> None:
@@ -715,6 +754,7 @@ class Instruments:
             "activation_growth_init": init["growth"],
             "input_rms": self.input_rms,
             "label_imbalance": float(counts.max() / counts.min().clamp(min=1)) if counts is not None else math.nan,
+            "batch_label_mix": self._batch_label_mix(),
             "majority_share": majority,
             **outputs,
             "output_prob_share": _median(self.output_prob),

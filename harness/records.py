@@ -24,11 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 9  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 10  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
-# learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps
+# learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps;
+# 10: the batches' label mix
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -122,6 +123,11 @@ _COLUMNS = [
     ("activation_growth_init", _f64, "RMS of the last activation module's output over the first's, at init"),
     ("input_rms", _f64, "root mean square of the first batch's inputs (standardized data: about 1)"),
     ("label_imbalance", _f64, "most frequent class over least frequent among the training labels seen"),
+    (
+        "batch_label_mix",
+        _f64,
+        "mean entropy of each batch's labels over that of random batches of the same size from the labels seen",
+    ),
     ("majority_share", _f64, "share of the most frequent class among the training labels seen (the class prior)"),
     (
         "output_prob_share",
@@ -214,6 +220,7 @@ CHECKPOINT_COLUMNS = [
     "activation_growth_init",
     "input_rms",
     "label_imbalance",
+    "batch_label_mix",
     "majority_share",
     "output_prob_share",
     "output_spread",

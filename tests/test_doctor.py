@@ -60,12 +60,17 @@ class SqrtGate(nn.Module):
         return out * (1 + torch.sqrt(self.gate))
 
 
-def training_batches(scale=1.0, shuffle_labels=False, latency=0.0):
+def training_batches(scale=1.0, shuffle_labels=False, latency=0.0, order=None):
     images, labels = TRAIN.tensors
     if shuffle_labels:
         labels = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))]
     images = images * scale
-    order = torch.randperm(len(labels))  # whole-batch indexing: a DataLoader over tiny tensors waits per item
+    if order == "class_sorted":  # shuffle=False over a dataset stored class by class
+        order = torch.argsort(labels, stable=True)
+    elif order == "fixed":  # shuffle=False over a dataset shuffled once
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(2))
+    else:
+        order = torch.randperm(len(labels))  # whole-batch indexing: a DataLoader over tiny tensors waits per item
     step_s = None  # how long the consumer took over the last batch, from handing it over to asking again
     for start in range(0, len(labels) - 63, 64):
         if latency and step_s is not None:
@@ -95,7 +100,7 @@ def wrapped_run(fault: str, steps: int = STEPS):
     amp = knobs.get("amp", False)
     scaler = torch.amp.GradScaler("cpu", enabled=amp)
     loss_fn = nn.CrossEntropyLoss()
-    data = {k: knobs[k] for k in ("scale", "shuffle_labels", "latency") if k in knobs}
+    data = {k: knobs[k] for k in ("scale", "shuffle_labels", "latency", "order") if k in knobs}
     # 100 memorization steps per rate instead of 300: the checklist's "it learns" is not what these tests check
     doctor = Doctor(
         net,
@@ -148,6 +153,8 @@ LOOPS = {
     "a warmup that never ends": ({"warmup": 100_000}, "warmup_never_ends"),
     "zero_grad(set_to_none=False)": ({"set_to_none": False}, "healthy"),
     "BatchNorm, validated in the loop and switched back": ({"batchnorm": True}, "healthy"),
+    "shuffle=False over data shuffled once": ({"order": "fixed"}, "healthy"),
+    "shuffle=False over data sorted by class": ({"order": "class_sorted"}, "unshuffled_batches"),
     "BatchNorm, left in eval mode after a validation": ({"batchnorm": True, "eval_left": 20}, "wrong_mode"),
 }
 

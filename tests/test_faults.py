@@ -94,6 +94,26 @@ def test_a_warmup_that_ends_reaches_the_rate_and_one_that_never_ends_does_not(da
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
+def test_class_sorted_batches_hold_few_classes_and_a_fixed_order_as_many_as_shuffled_ones(dataset):
+    assert short_run("healthy", dataset)["batch_label_mix"] == pytest.approx(1.0, abs=0.1)
+    assert short_run("healthy_fixed_order", dataset)["batch_label_mix"] == pytest.approx(1.0, abs=0.1)
+    assert short_run("class_sorted_batches", dataset)["batch_label_mix"] < 0.3
+
+
+def test_the_orders_feed_every_example_once_per_epoch():
+    x, y = torch.arange(12.0).unsqueeze(1), torch.tensor([2, 0, 1] * 4)
+    for order in ("shuffled", "fixed", "class_sorted"):
+        batches = training_batches(x, y, 4, seed=0, order=order)
+        epochs = [[next(batches) for _ in range(3)] for _ in range(2)]
+        for epoch in epochs:
+            assert sorted(torch.cat([b[0] for b in epoch]).flatten().tolist()) == list(range(12))
+        first, second = (torch.cat([b[0] for b in epoch]).flatten().tolist() for epoch in epochs)
+        assert (first == second) == (order != "shuffled")
+        if order == "class_sorted":
+            assert [b[1].unique().tolist() for b in epochs[0]] == [[0], [1], [2]]
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
 def test_frozen_params_leave_most_weights_without_gradient(dataset):
     assert short_run("healthy", dataset)["params_without_grad"] == 0
     record = short_run("frozen_params", dataset)

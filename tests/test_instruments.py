@@ -233,6 +233,32 @@ def test_the_rate_is_read_against_the_one_the_optimizer_was_built_with():
     assert warming["lr_peak_share"] == pytest.approx(0.6) and warming["lr_last_share"] == pytest.approx(0.6)
 
 
+def label_mix(batches_of_labels, n_classes=4):
+    model = nn.Linear(2, n_classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy)
+    for x, y in instruments.watch([(torch.randn(len(y), 2), torch.tensor(y)) for y in batches_of_labels]):
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    return instruments.finish()["batch_label_mix"]
+
+
+def test_batch_label_mix_known_answers():
+    torch.manual_seed(0)
+    one_class_each = [[c] * 16 for c in range(4)] * 20  # class-sorted data: every batch holds one class
+    assert label_mix(one_class_each) == 0.0
+    shuffled = torch.randint(0, 4, (80, 16)).tolist()
+    assert label_mix(shuffled) == pytest.approx(1.0, abs=0.05)
+    # An imbalanced set, shuffled: both entropies are lower, the ratio is still about 1.
+    imbalanced = (torch.rand(80, 16) < 0.1).long().tolist()
+    assert label_mix(imbalanced, n_classes=2) == pytest.approx(1.0, abs=0.1)
+    two_classes_each = [[c] * 8 + [c + 1] * 8 for c in (0, 2)] * 40  # ln 2 of a shuffled batch's ~ln 4
+    assert 0.4 < label_mix(two_classes_each) < 0.6
+    assert math.isnan(label_mix([[0]] * 40))  # batches of one example: a shuffled one has no entropy either
+
+
 def test_accumulation_ratio_is_one_when_zeroed_and_grows_without_zero_grad():
     torch.manual_seed(0)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))

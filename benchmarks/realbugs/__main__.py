@@ -66,6 +66,7 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     "label_noise": ("training_data_quality",),
     "shuffled_labels": ("training_data_quality",),
     "class_imbalance": ("training_data_quality",),
+    "unshuffled_batches": ("training_data_quality",),  # the order the data is fed in
     "periodic_bad_batch": ("training_data_quality",),
     "amp_steps_skipped": (),  # mixed precision is the loop's (Keras writes it)
     "nonfinite_loss": (),  # where the NaN came from is in its evidence, not one fault type
