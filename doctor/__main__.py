@@ -8,8 +8,8 @@ Exit status:
   1  a fault was named: the verdict (the report's first line) is not healthy; a NaN or inf training loss is
      the verdict nonfinite_loss
   2  the doctor cannot judge this run, said in one line `error: ...`: the recipe file is missing or lacks a
-     required name, the batches are not (inputs, targets) pairs of tensors (dict batches, several inputs),
-     the model's forward takes several inputs, the targets fit no output (class indices, one-hot, binary,
+     required name, the doctor cannot find a batch's inputs and targets (say where with INPUTS and TARGETS)
+     or the model's output tensor (OUTPUT), the targets fit no output (class indices, one-hot, binary,
      multi-label and regression targets are covered), or the doctor saw no batch
   3  the recipe's own code raised an exception (a syntax error, an error in its model, loss or data code):
      its traceback is printed on standard error, from the recipe's own frames where there are any (a

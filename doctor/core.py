@@ -31,15 +31,21 @@ analysis.rules into the verdict, with the thresholds fitted for the step budget 
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py). Nothing here knows
 what fault, if any, is planted.
 
+Batches of any shape (harness/batches.py): (inputs, targets) pairs, longer tuples, dicts such as Hugging Face's
+{"input_ids": ..., "labels": ...}, objects with attributes, several inputs to the model, a model returning an
+object that holds the logits. Where the doctor cannot tell, the user says once:
+
+    Doctor(model, optimizer, loss_fn, loader, inputs=("input_ids", "attention_mask"), targets="labels")
+    Doctor(model, optimizer, loss_fn, loader, inputs=lambda b: b.image, targets=lambda b: b.label, output="logits")
+
 The task is read from the first batch's targets and the model's output (harness/targets.py): class indices
 with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, or regression
 targets shaped like the output. What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for
-a batch, model or task it does not cover): batches must be (inputs, targets) pairs of tensors, the model called
-as model(inputs), the targets one of those tasks. Exceptions raised by the user's own model, loss or data code
-pass through unchanged.
+a batch, model or task it does not cover: a batch whose inputs or targets it cannot find, targets of none of
+those tasks). Exceptions raised by the user's own model, loss or data code pass through unchanged.
 """
 
-import inspect
+import contextlib
 import itertools
 import math
 from collections import deque
@@ -52,6 +58,7 @@ from analysis.features import FEATURES, features
 from analysis.rules import HEALTHY, RULES, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
 from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
+from harness.batches import BatchError, BatchLayout, apply, floats, head, join, same_shape, to_device
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, example_rows, memorize
 from harness.reference import EMPTY as REFERENCE_EMPTY
@@ -68,7 +75,15 @@ class UnsupportedTask(CannotJudge, ValueError):
 
 
 RECENT_EXAMPLES = 256  # training accuracy is measured on at least this many of the last examples trained on
-PAIRS = "the doctor supports batches that are (inputs, targets) pairs of tensors"
+
+
+@contextlib.contextmanager
+def refusing():
+    """A batch or output the layout cannot read is a run the doctor cannot judge (exit status 2), said in one line."""
+    try:
+        yield
+    except BatchError as error:
+        raise UnsupportedTask(str(error)) from None
 
 
 class Doctor:
@@ -87,12 +102,19 @@ class Doctor:
         keep_batches: int = 8,
         memorize_steps: int = 300,
         scaler: "torch.amp.GradScaler | None" = None,
+        inputs=None,
+        targets=None,
+        output=None,
     ):
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
+        with refusing():  # where each batch keeps its inputs and targets (harness/batches.py); None: read from it
+            self.layout = BatchLayout(model, inputs=inputs, targets=targets, output=output)
         self.memorize_steps = memorize_steps  # per rate, on a fresh model from model_factory (3 rates)
         self.validation, self.model_factory = validation, model_factory
         # With mixed precision the loop's GradScaler: .grad holds gradients times its scale until unscale_.
-        self.instruments = Instruments(model, optimizer, loss_fn, census_every, scaler=scaler)
+        self.instruments = Instruments(
+            model, optimizer, loss_fn, census_every, scaler=scaler, layout=self.layout, fresh_gradient=False
+        )
         self.nonfinite = NonFiniteWatch(model, self.instruments.named_params)
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy).
@@ -115,20 +137,37 @@ class Doctor:
         return self.watch(self.batches)
 
     def watch(self, batches: Iterable) -> Iterator:
-        """Yield the batches, timing the wait for each; each is checked for its shape, the first for the task."""
-        for batch in self.instruments.watch(checked(batches, "training")):
-            if self.n_classes is None:
-                self.task, self.n_classes, self.uninformed_loss = check_task(self.model, batch)
-                if self.validation is not None:
-                    self.val_start = evaluate(
-                        self.model, self.loss_fn, checked(self.validation, "validation"), task=self.task
-                    )
-            self._remember(batch)
-            yield batch
+        """Yield the batches as they are, timing the wait for each; the first is read for the task."""
+        with refusing():  # the user's loop body does not run in here: only the doctor's reading of each batch
+            for batch in self.instruments.watch(batches):
+                self._seen()
+                yield batch
 
-    def _remember(self, batch) -> None:
-        self.recent.append(batch)
-        self._recent_examples += len(batch[1])
+    def see(self, batch, waited_s: float = 0.0) -> None:
+        """One batch the loop is about to train on, for loops the doctor does not iterate (a framework's callbacks).
+
+        Call it before the batch's forward pass, with the seconds the loop waited for the batch.
+        """
+        with refusing():
+            self.instruments.see(batch, waited_s)
+            self._seen()
+
+    def _seen(self) -> None:
+        inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
+        if self.n_classes is None:
+            self.task, self.n_classes, self.uninformed_loss = check_task(self.model, self.layout, inputs, targets)
+            if self.validation is not None:
+                self.val_start = self._evaluate(self.validation)
+        self._remember(inputs, targets)
+
+    def _evaluate(self, batches: Iterable, split: bool = True) -> tuple[float, float]:
+        """Loss and score on batches as the loop's (split=True) or on (inputs, targets) pairs already split."""
+        layout = self.layout if split else self.layout.already_split()
+        return evaluate(self.model, self.loss_fn, batches, task=self.task, layout=layout)
+
+    def _remember(self, inputs, targets) -> None:
+        self.recent.append((inputs, targets))
+        self._recent_examples += len(targets)
         while (
             len(self.recent) > self.keep_batches and self._recent_examples - len(self.recent[0][1]) >= RECENT_EXAMPLES
         ):
@@ -137,8 +176,8 @@ class Doctor:
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
         self.instruments.after_backward(loss)
-        batch = self.recent[-1] if self.recent else None
-        self.nonfinite.after_backward(self.instruments.step, loss, batch, self.instruments)
+        inputs = self.recent[-1][0] if self.recent else None
+        self.nonfinite.after_backward(self.instruments.step, loss, inputs, self.instruments)
 
     @property
     def steps(self) -> int:
@@ -146,6 +185,10 @@ class Doctor:
 
     def measurements(self) -> dict:
         """Everything measured, keyed like the grid's record columns (NaN where it could not be measured)."""
+        with refusing():
+            return self._measurements()
+
+    def _measurements(self) -> dict:
         if self.n_classes is None:
             raise CannotJudge("the doctor saw no batch: wrap the loop's batches with the doctor (doctor.watch(loader))")
         if self.instruments.step < 0:
@@ -155,12 +198,8 @@ class Doctor:
         measured = self.instruments.finish()
         if self.instruments.scaler is None:
             _no_hidden_scaler(self.instruments.kept_at_step)
-        train_loss, train_acc = evaluate(self.model, self.loss_fn, list(self.recent), task=self.task)
-        val_loss, val_acc = (
-            evaluate(self.model, self.loss_fn, checked(self.validation, "validation"), task=self.task)
-            if self.validation is not None
-            else (math.nan, math.nan)
-        )
+        train_loss, train_acc = self._evaluate(list(self.recent), split=False)
+        val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan, math.nan)
         memorized = {
             "memorize_rates": [],
             "memorize_losses": [],
@@ -169,19 +208,23 @@ class Doctor:
         }
         if self.model_factory is not None and self.instruments.probe is not None:
             x, y = _first_examples(self.recent, 16)
-            if x.is_floating_point():  # NaN or inf examples cannot be fitted: leave them out, say so if none is left
-                finite = torch.isfinite(x.reshape(len(x), -1)).all(dim=1)
-                x, y = x[finite], y[finite]
+            finite = torch.ones(len(y), dtype=torch.bool)  # NaN or inf examples cannot be fitted: leave them out
+            for values in floats(x):
+                finite &= torch.isfinite(values.reshape(len(values), -1)).all(dim=1).cpu()
+            x = _take(x, finite)
+            y = y[finite.to(y.device)]
             device = next(self.model.parameters()).device
-            x, y = x.to(device), y.to(device)
+            x, y = to_device(x, device), y.to(device)
             self.memorized_on = len(y)
             if len(y):
-                memorized = memorize(self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps)
+                memorized = memorize(
+                    self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps, forward=self.layout.forward
+                )
             else:
                 self.unmemorized = "every example it would fit holds NaN or inf"
         kept = self.instruments.kept_examples()
         held = (
-            _examples(checked(self.validation, "validation"), self.instruments.keep_examples, self.task)
+            _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
             if self.validation is not None
             else None
         )
@@ -278,109 +321,62 @@ def _no_hidden_scaler(kept_at_step: list[float]) -> None:
             )
 
 
-def _first_examples(batches: Iterable, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `n` (inputs, targets) of these batches, joined (batches shaped unlike the first are skipped)."""
+def _take(inputs, keep: torch.Tensor):
+    """The examples of the inputs where `keep` is true."""
+    return apply(inputs, lambda t: t[keep.to(t.device)])
+
+
+def _first_examples(pairs: Iterable, n: int) -> tuple:
+    """The first `n` (inputs, targets) of these split batches, joined (batches shaped unlike the first are skipped)."""
     xs, ys, have = [], [], 0
-    for x, y in batches:
-        if xs and (x.shape[1:] != xs[0].shape[1:] or y.shape[1:] != ys[0].shape[1:]):
+    for x, y in pairs:
+        if xs and (not same_shape(x, xs[0]) or y.shape[1:] != ys[0].shape[1:]):
             continue
-        xs.append(x[: n - have])
+        xs.append(head(x, n - have))
         ys.append(y[: n - have])
-        have += len(xs[-1])
+        have += len(ys[-1])
         if have >= n:
             break
-    return torch.cat(xs), torch.cat(ys)
+    return join(xs), torch.cat(ys)
 
 
-def _examples(batches: Iterable, limit: int, task: str | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _examples(
+    batches: Iterable, layout: BatchLayout, limit: int, task: str | None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Up to `limit` (inputs, class labels) of a validation iterable, inputs flattened to rows, on the CPU.
 
-    None when the task has no class labels (multi-label, regression) or a batch is not one input tensor.
+    None when the task has no class labels (multi-label, regression) or the inputs are not floating point.
     """
     xs, ys, n = [], [], 0
     for batch in batches:
-        rows = example_rows(batch, limit - n)
-        labels = class_labels(rows[1], task) if rows is not None else None
+        kept = example_rows(*layout.split(batch, "validation"), limit - n)
+        labels = class_labels(kept[1], task) if kept is not None else None
         if labels is None:
             return None
-        xs.append(rows[0])
+        xs.append(kept[0])
         ys.append(labels)
-        n += len(rows[1])
+        n += len(kept[1])
         if n >= limit:
             break
     return (torch.cat(xs), torch.cat(ys)) if xs else None
 
 
-def checked(batches: Iterable, where: str) -> Iterator:
-    """The batches, each checked to be an (inputs, targets) pair of tensors (UnsupportedTask if one is not)."""
-    for batch in batches:
-        if not (
-            isinstance(batch, tuple | list)
-            and len(batch) == 2
-            and torch.is_tensor(batch[0])
-            and torch.is_tensor(batch[1])
-        ):
-            raise UnsupportedTask(batch_problem(batch, where))
-        yield batch
-
-
-def batch_problem(batch, where: str) -> str:
-    """Why `batch` is not an (inputs, targets) pair of tensors, in one line naming what is supported."""
-
-    def kinds(items) -> str:
-        return ", ".join(type(item).__name__ for item in items)
-
-    if isinstance(batch, Mapping):
-        keys = ", ".join(repr(k) for k in list(batch)[:6])
-        return f"a {where} batch is a {type(batch).__name__} (keys {keys}): {PAIRS}; dict batches are not supported yet"
-    if not isinstance(batch, tuple | list):
-        return f"a {where} batch is a {type(batch).__name__}, not a pair: {PAIRS}"
-    if len(batch) != 2:
-        return (
-            f"a {where} batch has {len(batch)} items ({kinds(batch)}): {PAIRS}; several inputs per batch (or items"
-            " beside inputs and targets) are not supported yet"
-        )
-    inputs = batch[0]
-    if isinstance(inputs, tuple | list | Mapping):
-        return (
-            f"the inputs of a {where} batch are a {type(inputs).__name__} of {len(inputs)} ({kinds(inputs)}): {PAIRS};"
-            " several inputs per example are not supported yet"
-        )
-    return f"a {where} batch is ({kinds(batch)}): {PAIRS}"
-
-
-def _required_inputs(model: nn.Module) -> list[str]:
-    """The names of the positional arguments the model's forward requires (empty if its signature hides them)."""
-    try:
-        parameters = inspect.signature(model.forward).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in parameters if p.kind in positional and p.default is inspect.Parameter.empty]
-
-
-def check_task(model: nn.Module, batch) -> tuple[str, int, float]:
+def check_task(model: nn.Module, layout: BatchLayout, inputs, targets: torch.Tensor) -> tuple[str, int, float]:
     """The task of the first batch (harness/targets.py), its classes (or outputs), and an uninformed guess's loss.
 
     The uninformed loss: ln C for classes, ln 2 per binary target, the targets' variance for regression.
 
-    UnsupportedTask if the model takes several inputs or its output and the targets make no task the doctor covers.
-    `batch` is an (inputs, targets) pair of tensors: `checked` has made sure of that before the batch gets here.
+    UnsupportedTask if the model cannot be called on the inputs as the layout reads them, or its output and the
+    targets make no task the doctor covers.
     """
-    required = _required_inputs(model)
-    if len(required) > 1:
-        raise UnsupportedTask(
-            f"the model's forward takes {len(required)} inputs ({', '.join(required)}): {PAIRS}, the model called"
-            " as model(inputs); models of several inputs are not supported yet"
-        )
-    x, y = batch[0], batch[1]
+    y = targets
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        out = model(x.to(next(model.parameters()).device))
-    model.train(was_training)
-    if not torch.is_tensor(out):
-        raise UnsupportedTask(f"the model returned a {type(out).__name__}: the doctor reads one output tensor")
+    try:
+        with torch.no_grad(), refusing():
+            out = layout.forward(model, to_device(inputs, next(model.parameters()).device))
+    finally:
+        model.train(was_training)
     try:
         task = task_of(y, out)
     except TaskError as error:
@@ -413,18 +409,37 @@ def probe(
     validation: Iterable | None = None,
     device: str | torch.device = "cpu",
     seed: int = 0,
+    inputs=None,
+    targets=None,
+    output=None,
 ) -> "Report":
-    """Run a short standard training loop on the recipe's pieces under the doctor and return its report."""
+    """Run a short standard training loop on the recipe's pieces under the doctor and return its report.
+
+    `inputs`, `targets` and `output` say where batches keep their inputs and targets and which output the loss
+    reads, as for `Doctor` (harness/batches.py), where the doctor cannot tell by itself.
+    """
     torch.manual_seed(seed)
     device = torch.device(device)
     model = model_factory().to(device)
     optimizer = optimizer_factory(model.parameters())
-    doctor = Doctor(model, optimizer, loss_fn, validation=validation, model_factory=model_factory)
+    doctor = Doctor(
+        model,
+        optimizer,
+        loss_fn,
+        validation=validation,
+        model_factory=model_factory,
+        inputs=inputs,
+        targets=targets,
+        output=output,
+    )
+    layout = doctor.layout
     model.train()
     try:
-        for _step, (x, y) in zip(range(steps), doctor.watch(cycle(batches)), strict=False):
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss = loss_fn(model(x), y)
+        for _step, _batch in zip(range(steps), doctor.watch(cycle(batches)), strict=False):
+            # The doctor has split this batch already (into inputs and targets, as the layout reads them).
+            x, y = doctor.instruments.last_inputs, doctor.instruments.last_targets
+            x, y = to_device(x, device), y.to(device, non_blocking=True)
+            loss = loss_fn(layout.forward(model, x), y)
             optimizer.zero_grad()
             loss.backward()
             doctor.after_backward(loss)

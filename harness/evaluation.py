@@ -1,7 +1,8 @@
 """Evaluation: mean loss and score of a model over batches, without changing the model or its mode.
 
 The score is accuracy for the classification tasks and R² for regression (harness/targets.py); the task is
-read from the first batch unless given.
+read from the first batch unless given. Batches are (inputs, targets) pairs unless a `layout` says where a batch
+keeps them (harness/batches.py: dicts, several inputs, a model returning an object).
 """
 
 import math
@@ -9,11 +10,17 @@ import math
 import torch
 from torch import nn
 
+from harness.batches import BatchLayout, to_device
 from harness.targets import Scorer, task_of
 
 
 def evaluate(
-    model: nn.Module, loss_fn, batches, eval_mode: bool = True, task: str | None = None
+    model: nn.Module,
+    loss_fn,
+    batches,
+    eval_mode: bool = True,
+    task: str | None = None,
+    layout: BatchLayout | None = None,
 ) -> tuple[float, float]:
     """Mean loss and score over (x, y) batches, in eval mode on the model's device; its mode is restored.
 
@@ -27,8 +34,13 @@ def evaluate(
     scorer = None
     with torch.no_grad():
         for batch in batches:
-            x, y = batch[0].to(device), batch[1].to(device)
-            outputs = model(x)
+            if layout is None:
+                x, y = batch[0].to(device), batch[1].to(device)
+                outputs = model(x)
+            else:
+                x, y = layout.split(batch, "validation")
+                x, y = to_device(x, device), y.to(device)
+                outputs = layout.forward(model, x)
             if scorer is None:
                 scorer = Scorer(task or task_of(y, outputs))
             loss_sum += float(loss_fn(outputs, y)) * len(y)

@@ -36,6 +36,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.batches import (
+    BatchError,
+    BatchLayout,
+    flat_rows,
+    head,
+    input_rms,
+    join,
+    rows,
+    same_shape,
+    tensors,
+    to_device,
+)
 from harness.targets import (
     SOFTMAX_LOSSES,
     TaskError,
@@ -67,8 +79,13 @@ BATCH_DRAWS = 256  # random batches the label mix is compared with
 CLIPPED = 1 - 1e-4  # a step whose gradient norm fell below this share of its norm after backward was clipped
 
 
-def activation_census(model: nn.Module, x: torch.Tensor) -> dict:
-    """What the activation modules (ReLU, Tanh, Sigmoid) do on the probe batch `x`.
+def plain_forward(model: nn.Module, x):
+    """The model on one input tensor: how the grid's loop and a pair batch call it."""
+    return model(x)
+
+
+def activation_census(model: nn.Module, x, forward: Callable = plain_forward) -> dict:
+    """What the activation modules (ReLU, Tanh, Sigmoid) do on the probe batch `x` (the model called by `forward`).
 
     Returns `dead` (share of ReLU units never positive; a unit is one feature of a (N, F) output or one
     channel of a (N, C, ...) output), `dead_layers` (that share per ReLU module), `saturated` (share of Tanh
@@ -100,7 +117,7 @@ def activation_census(model: nn.Module, x: torch.Tensor) -> dict:
     model.eval()
     try:
         with torch.no_grad():
-            model(x)
+            forward(model, x)
     finally:
         model.train(was_training)
         for handle in handles:
@@ -154,21 +171,16 @@ def periodicity(steps: list[int]) -> tuple[float, int]:
     return float(period), gaps.count(period)
 
 
-def example_rows(batch, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def example_rows(inputs, targets, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The first `limit` examples of a batch as (inputs flattened to float rows, targets as given), on the CPU.
 
-    None unless the inputs are one floating-point tensor with one target row per input; `class_labels`
-    (harness/targets.py) turns the targets into class indices where the task has them.
+    None unless the inputs are floating point (several inputs are laid side by side) with one target row per
+    example; `class_labels` (harness/targets.py) turns the targets into class indices where the task has them.
     """
-    if len(batch) < 2:
+    if not (torch.is_tensor(targets) and targets.dim() >= 1) or rows(inputs) != len(targets):
         return None
-    x, y = batch[0], batch[1]
-    if not (torch.is_tensor(x) and x.is_floating_point() and torch.is_tensor(y) and y.dim() >= 1):
-        return None
-    if len(x) != len(y):
-        return None
-    take = min(len(y), limit)
-    return x[:take].detach().reshape(take, -1).float().cpu(), y[:take].detach().cpu()
+    x = flat_rows(inputs, limit)
+    return (x, targets[: len(x)].detach().cpu()) if x is not None else None
 
 
 class Instruments:
@@ -182,10 +194,17 @@ class Instruments:
         census_every: int = 50,
         keep_examples: int = 1024,
         scaler: "torch.amp.GradScaler | None" = None,
+        layout: BatchLayout | None = None,
+        fresh_gradient: bool = True,
     ):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.layout = layout if layout is not None else BatchLayout(model)  # where each batch keeps inputs, targets
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.census_every = census_every
+        # Each census recomputes a fresh gradient of the last batch to compare .grad with (accumulation_ratio): a
+        # forward and backward pass of its own. Only the naive rules read it (no_zero_grad is read from hooks), so
+        # the doctor, which must cost its user little, goes without.
+        self.fresh_gradient = fresh_gradient
         self.keep_examples = keep_examples
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # the first training examples, on the CPU
         self.n_kept = 0
@@ -195,9 +214,11 @@ class Instruments:
         self.first_loss = math.nan
         self.wait_s = 0.0
         self.loop_start: float | None = None
-        self.last_batch: tuple | None = None
+        self.last_inputs = None  # the last batch's inputs (a tensor, or a tuple or dict of them) and targets
+        self.last_targets: torch.Tensor | None = None
         self.last_rng: tuple | None = None
-        self.probe: torch.Tensor | None = None
+        self.probe = None  # the first batch's inputs, as the layout takes them from the batch
+        self._probe_growing = True  # until the probe holds PROBE_EXAMPLES examples (or a batch of another shape)
         self.probe_targets: torch.Tensor | None = None
         self.task: str | None = None  # read from the first training forward (harness/targets.py)
         self.loss_kind = "other"  # what the loss computes, named on the first training forward
@@ -267,37 +288,49 @@ class Instruments:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self.wait_s += time.perf_counter() - start
-            self.last_batch = batch
-            if self.probe is None:
-                self.probe, self.probe_targets = batch[0], batch[1]
-                self.input_rms = float(batch[0].detach().float().pow(2).mean().sqrt())
-            elif len(self.probe) < PROBE_EXAMPLES:
-                self._grow_probe(batch)
-            self._count_labels(batch[1])
-            self._keep(batch)
-            if self.is_census_step(self.step + 1):
-                # Remember the RNG state the forward pass will start from, so that the census can replay
-                # the same dropout masks when it recomputes a fresh gradient.
-                cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-                self.last_rng = (torch.get_rng_state(), cuda)
+            self.see(batch, time.perf_counter() - start)
             yield batch
 
-    def _grow_probe(self, batch) -> None:
+    def see(self, batch, waited_s: float = 0.0) -> None:
+        """One batch the loop is about to train on, and how long it waited for it.
+
+        `watch` calls it for each batch it yields; a loop the instruments do not iterate (a framework's callbacks)
+        calls it itself, before the batch's forward pass.
+        """
+        if self.loop_start is None:
+            self.loop_start = time.perf_counter() - waited_s
+        self.wait_s += waited_s
+        inputs, targets = self.layout.split(batch)
+        self.last_inputs, self.last_targets = inputs, targets
+        if self.probe is None:
+            self.probe, self.probe_targets = inputs, targets
+            self.input_rms = input_rms(inputs)
+            self._probe_growing = rows(inputs) < PROBE_EXAMPLES
+        elif self._probe_growing:
+            self._grow_probe(inputs, targets)
+        self._count_labels(targets)
+        self._keep(inputs, targets)
+        if self.is_census_step(self.step + 1):
+            # Remember the RNG state the forward pass will start from, so that the census can replay
+            # the same dropout masks when it recomputes a fresh gradient.
+            cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+            self.last_rng = (torch.get_rng_state(), cuda)
+
+    def _grow_probe(self, x, y) -> None:
         """Small batches: the probe grows from the next batches to PROBE_EXAMPLES examples (of the same shape).
 
         A unit "never active" on one example means nothing; the census at initialization waits for the probe,
         on the weights as they were at the first step.
         """
-        x, y = batch[0], batch[1]
-        if not (torch.is_tensor(x) and torch.is_tensor(y)) or x.shape[1:] != self.probe.shape[1:]:
+        if not same_shape(x, self.probe) or rows(x) != len(y):
             return
         if y.shape[1:] != self.probe_targets.shape[1:] or y.dtype != self.probe_targets.dtype:
             return
-        room = PROBE_EXAMPLES - len(self.probe)
-        self.probe = torch.cat([self.probe, x[:room].detach()])
+        room = PROBE_EXAMPLES - rows(self.probe)
+        self.probe = join([self.probe, head(x, room)])
         self.probe_targets = torch.cat([self.probe_targets, y[:room].detach()])
-        if len(self.probe) >= PROBE_EXAMPLES and self._init_state is not None:
+        self._probe_growing = rows(self.probe) < PROBE_EXAMPLES
+        if not self._probe_growing and self._init_state is not None:
             self._census_at_init()
 
     def _weights(self) -> dict:
@@ -315,14 +348,14 @@ class Instruments:
             finally:
                 self.model.load_state_dict(now)
 
-    def _keep(self, batch) -> None:
+    def _keep(self, inputs, targets) -> None:
         """Keep the first `keep_examples` examples (floating-point inputs and their targets) for the reference."""
         if self.n_kept >= self.keep_examples:
             return
-        rows = example_rows(batch, self.keep_examples - self.n_kept)
-        if rows is not None:
-            self.kept.append(rows)
-            self.n_kept += len(rows[1])
+        kept = example_rows(inputs, targets, self.keep_examples - self.n_kept)
+        if kept is not None:
+            self.kept.append(kept)
+            self.n_kept += len(kept[1])
 
     def kept_examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
@@ -415,8 +448,11 @@ class Instruments:
     def _after_forward(self, _model, _inputs, output) -> None:
         if self._own_forward or not torch.is_grad_enabled() or not self.is_census_step(self.step + 1):
             return
-        if self.task is None and self.last_batch is not None and len(self.last_batch) > 1:
-            self._read_task(output, self.last_batch[1])
+        output = self.layout.output_or_none(output)  # a Hugging Face model returns an object holding the logits
+        if output is None:
+            return
+        if self.task is None and self.last_targets is not None:
+            self._read_task(output, self.last_targets)
         if torch.is_tensor(output) and output.dim() == 2 and output.shape[1] > 1:
             # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied. That is
             # a double softmax only for a loss that applies a softmax of its own (not MSE on a Keras-style output).
@@ -440,7 +476,7 @@ class Instruments:
         A model that has learned the rule but is fed some wrong labels still ranks the true class first and gives
         the wrong label almost nothing; a model that is merely unsure spreads its probability instead.
         """
-        targets = self.last_batch[1] if self.last_batch is not None and len(self.last_batch) > 1 else None
+        targets = self.last_targets
         if self.task not in ("multiclass", "onehot") or not torch.is_tensor(targets):
             return
         labels = class_labels(targets, self.task)
@@ -459,7 +495,7 @@ class Instruments:
         self.losses.append(loss.detach())
         if self.step == 0:
             self.first_loss = float(loss.detach())
-            if self.probe is not None and len(self.probe) >= PROBE_EXAMPLES:
+            if self.probe is not None and rows(self.probe) >= PROBE_EXAMPLES:
                 self.init_census = self._activation_census()
             elif self.probe is not None:  # wait for more examples; keep the weights as they are (no update yet)
                 self._init_state = self._weights()
@@ -474,14 +510,14 @@ class Instruments:
     def _activation_census(self) -> dict:
         self._own_forward = True
         try:
-            return activation_census(self.model, self._on_model_device(self.probe))
+            return activation_census(self.model, self._on_model_device(self.probe), self.layout.forward)
         finally:
             self._own_forward = False
 
     def _output_checks(self) -> dict:
         """What the output can do now, on the probe batch: how much it varies, and which targets it can reach."""
         checks = {"output_spread": math.nan, "target_reach_gap": math.nan}
-        if self.probe is None or not self.probe.is_floating_point():
+        if self.probe is None:
             return checks
         probe = self._on_model_device(self.probe)
         was_training = self.model.training
@@ -489,12 +525,15 @@ class Instruments:
         try:
             self.model.eval()
             with torch.no_grad():
-                out = self.model(probe)
-            if torch.is_tensor(out):
+                try:
+                    out = self.layout.forward(self.model, probe)
+                except BatchError:  # an output the doctor cannot read: the output checks stay unmeasured
+                    out = None
+            if out is not None:
                 checks["output_spread"] = output_spread(out)
             # Class indices are not output values: the reach means something only for targets shaped like the output.
-            if self.task in ("onehot", "binary", "multilabel", "regression"):
-                reach = output_reach(self.model, probe)
+            if out is not None and self.task in ("onehot", "binary", "multilabel", "regression"):
+                reach = output_reach(self.model, probe, forward=self.layout.forward)
                 # What the loss compares with the targets is its own activation of the output, where it applies one:
                 # cross_entropy's softmax (rows that sum to 1), binary_cross_entropy_with_logits' sigmoid.
                 if self.loss_kind in SOFTMAX_LOSSES:
@@ -507,9 +546,8 @@ class Instruments:
             self._own_forward = False
         return checks
 
-    def _on_model_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        device = next(self.model.parameters()).device
-        return tensor.to(device, non_blocking=True)
+    def _on_model_device(self, inputs):
+        return to_device(inputs, next(self.model.parameters()).device)
 
     def _grad_scale(self) -> float:
         """What `.grad` is multiplied by now: the GradScaler's scale, until the loop has called unscale_ (else 1)."""
@@ -574,7 +612,7 @@ class Instruments:
                 "missing": missing,
                 "zero_share": zeros / elements if elements else math.nan,
                 "total_norm": total_norm if elements else math.nan,
-                "accumulation": self._accumulation_ratio(),
+                "accumulation": self._accumulation_ratio() if self.fresh_gradient else math.nan,
                 "depth_ratio": depth_ratio,
             }
         )
@@ -585,12 +623,12 @@ class Instruments:
         1 when `.grad` holds this step's gradient only; larger when gradients pile up across steps because
         they were never zeroed. The recomputation leaves the model, its buffers and the RNG as they were.
         """
-        if self.last_batch is None:
+        if self.last_targets is None:
             return math.nan
         pairs = [p for _, p in self.named_params if p.requires_grad and p.grad is not None]
         if not pairs:
             return math.nan
-        x, y = (self._on_model_device(t) for t in self.last_batch[:2])
+        x, y = self._on_model_device(self.last_inputs), self._on_model_device(self.last_targets)
         buffers = [b.detach().clone() for b in self.model.buffers()]
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
@@ -600,7 +638,8 @@ class Instruments:
                     torch.cuda.set_rng_state_all(self.last_rng[1])
             self._own_forward = True
             try:
-                fresh = torch.autograd.grad(self.loss_fn(self.model(x), y), pairs, allow_unused=True)
+                loss = self.loss_fn(self.layout.forward(self.model, x), y)
+                fresh = torch.autograd.grad(loss, pairs, allow_unused=True)
             finally:
                 self._own_forward = False
         with torch.no_grad():
@@ -627,7 +666,25 @@ class Instruments:
         self.carried_steps += int(held is not None and bool(held.ne(0).any()))
 
     # ----- optimizer step hooks: update-to-weight ratio, backward passes per step ----------------------------
-    def _before_step(self, optimizer, _args, _kwargs) -> None:
+    def _before_step(self, optimizer, args, kwargs):
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0] is the optimizer itself
+        if not callable(closure):
+            self._read_before_step(optimizer)
+            return None
+
+        # step(closure) runs the forward and backward inside the step, after this hook (LBFGS; Lightning without a
+        # GradScaler, whose closure also clips): read the step after the closure, just before the update.
+        def closure_then_read():
+            result = closure()
+            self._read_before_step(optimizer)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_read}
+        return (args[0], closure_then_read, *args[2:]), kwargs
+
+    def _read_before_step(self, optimizer) -> None:
+        """The rate, the clipping and the weights as the optimizer is about to update them."""
         group = optimizer.param_groups[0]
         lr = float(group["lr"])  # as a scheduler left it for this step
         if math.isnan(self.lr_built):
@@ -840,11 +897,13 @@ def memorize(
     steps: int = 300,
     seed: int = 0,
     check: Callable[[], None] = lambda: None,
+    forward: Callable = plain_forward,
 ) -> dict:
     """Can a fresh model fit these few examples? Adam at each rate, full batch, `steps` steps each.
 
     Uses the run's model factory and examples but none of its optimizer settings, so a bad rate or a
-    forgotten zero_grad in the run cannot make this fail. `check` is called every step (time limits).
+    forgotten zero_grad in the run cannot make this fail. `check` is called every step (time limits); `forward`
+    calls the model on `x` (inputs of several tensors, a model returning an object: harness/batches.py).
     Returns the final loss per rate (eval mode, on the same examples) and the best of them.
     """
     rates = [float(r) for r in rates]
@@ -852,17 +911,17 @@ def memorize(
     for rate in rates:
         with torch.random.fork_rng(devices=[]):  # the run's own RNG stream is left untouched
             torch.manual_seed(seed)
-            model = model_factory().to(x.device)
+            model = model_factory().to(tensors(x)[0].device)
         optimizer = torch.optim.Adam(model.parameters(), lr=rate)
         model.train()
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
+            loss_fn(forward(model, x), y).backward()
             optimizer.step()
             check()
         model.eval()
         with torch.no_grad():
-            finals.append(float(loss_fn(model(x), y)))
+            finals.append(float(loss_fn(forward(model, x), y)))
     best = min(range(len(rates)), key=lambda i: finals[i] if math.isfinite(finals[i]) else math.inf)
     return {
         "memorize_rates": rates,

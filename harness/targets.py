@@ -26,6 +26,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from harness.batches import floats, scaled
+
 TASKS = ("multiclass", "onehot", "binary", "multilabel", "regression")
 CLASS_TASKS = ("multiclass", "onehot", "binary")  # one class per example: class indices exist
 LOSSES = ("cross_entropy", "nll", "bce_logits", "bce", "mse", "l1", "other")
@@ -164,14 +166,18 @@ def identify_loss(loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> str:
     return "other"
 
 
-def output_reach(model, x: torch.Tensor, scales=(1.0, 10.0, 100.0, 1000.0)) -> tuple[float, float, bool]:
+def output_reach(
+    model, x, scales=(1.0, 10.0, 100.0, 1000.0), forward=lambda model, x: model(x)
+) -> tuple[float, float, bool]:
     """The range of values the model's output can take, and whether its rows are always simplexes (sum to 1).
 
     Probed two ways, in eval mode without gradients (mode and weights restored): the inputs `x` scaled by
     ±`scales`, and the parameters of the model's last module that has any (the output layer) scaled by ±1000. The
     second spans the range of whatever activation follows the output layer, however saturated the hidden layers
     are (a tanh or LSTM state stays bounded under any input): a linear output reaches far beyond any target, a
-    sigmoid [0, 1], a tanh [-1, 1], a ReLU [0, inf), and a softmax's rows always sum to 1.
+    sigmoid [0, 1], a tanh [-1, 1], a ReLU [0, inf), and a softmax's rows always sum to 1. `forward` calls the
+    model on `x` (several inputs: harness/batches.py); inputs without floating-point values (token ids) are not
+    scaled, so there the output layer's parameters alone are.
     """
     was_training = model.training
     model.eval()
@@ -180,12 +186,12 @@ def output_reach(model, x: torch.Tensor, scales=(1.0, 10.0, 100.0, 1000.0)) -> t
     saved = [p.detach().clone() for p in last[0].parameters(recurse=False)] if last else []
 
     def outputs():
-        for scale in (*scales, *(-s for s in scales)):
-            yield model(x * scale)
+        for scale in (*scales, *(-s for s in scales)) if floats(x) else (1.0,):
+            yield forward(model, scaled(x, scale))
         for scale in (1000.0, -1000.0) if last else ():
             for param, value in zip(last[0].parameters(recurse=False), saved, strict=True):
                 param.copy_(value * scale)
-            yield model(x)
+            yield forward(model, x)
 
     try:
         with torch.no_grad():

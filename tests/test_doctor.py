@@ -273,7 +273,8 @@ def test_the_command_line_runs_an_example_end_to_end(tmp_path):
     assert "is a bigger machine the answer?" in result.stdout and "=> no: fix no_zero_grad first" in result.stdout
     document = json.loads(out.read_text())
     assert document["verdict"] == "no_zero_grad" and document["findings"][0]["margin"] > 0.4  # a share over ~0.48
-    assert document["features"]["grad_carried_share"] == 1.0 and document["features"]["accumulation_ratio"] > 4
+    # Read from hooks; the fresh gradient the grid compares .grad with is not recomputed (it costs a pass per census).
+    assert document["features"]["grad_carried_share"] == 1.0 and document["features"]["accumulation_ratio"] is None
 
 
 def test_the_command_line_refuses_a_broken_recipe(tmp_path):

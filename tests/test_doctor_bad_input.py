@@ -270,32 +270,28 @@ def test_nonfinite_gradients_with_a_finite_loss_are_no_verdict():
 
 
 # ----- the doctor cannot judge the run: exit status 2, one line naming what is supported ----------------------
-PAIRS = "the doctor supports batches that are (inputs, targets) pairs of tensors"
+SAY = (
+    "say where its inputs and targets are, Doctor(..., inputs=..., targets=...) with an int (a tuple item), a str (a"
+    " dict key or attribute), a tuple of them (several inputs) or a function of the batch"
+)
 REFUSED = {
-    "a dict batch": (
+    "a dict batch without a targets key": (
         """
         def batches():
-            return [{"x": X[i : i + 32], "y": Y[i : i + 32]} for i in range(0, 256, 32)]
+            return [{"x": X[i : i + 32], "classes": Y[i : i + 32]} for i in range(0, 256, 32)]
         """,
-        f"a training batch is a dict (keys 'x', 'y'): {PAIRS}; dict batches are not supported yet",
+        "a training batch is a dict (keys 'x', 'classes') with no targets key of 'labels', 'label', 'targets',"
+        f" 'target', 'y': {SAY}",
     ),
-    "an (x1, x2, y) batch": (
+    "an (x, y, index) batch": (
         """
         def batches():
-            return [(X[i : i + 32], X[i : i + 32], Y[i : i + 32]) for i in range(0, 256, 32)]
+            return [(X[i : i + 32], Y[i : i + 32], torch.arange(i, i + 32)) for i in range(0, 256, 32)]
         """,
-        f"a training batch has 3 items (Tensor, Tensor, Tensor): {PAIRS}; several inputs per batch (or items beside"
-        " inputs and targets) are not supported yet",
+        "a training batch is a tuple of 3 (Tensor, Tensor, Tensor) and the model's forward takes 1 input (input):"
+        f" {SAY}",
     ),
-    "a ([x1, x2], y) batch": (
-        """
-        def batches():
-            return [([X[i : i + 32], X[i : i + 32]], Y[i : i + 32]) for i in range(0, 256, 32)]
-        """,
-        f"the inputs of a training batch are a list of 2 (Tensor, Tensor): {PAIRS}; several inputs per example are"
-        " not supported yet",
-    ),
-    "a model taking two tensors": (
+    "a model taking two tensors, batches of one": (
         """
         class Net(nn.Module):
             def __init__(self):
@@ -308,15 +304,39 @@ REFUSED = {
         def model():
             return Net()
         """,
-        f"the model's forward takes 2 inputs (x, mask): {PAIRS}, the model called as model(inputs); models of several"
-        " inputs are not supported yet",
+        f"the model's forward takes 2 inputs (x, mask) and the inputs of a batch are one tensor: {SAY}",
     ),
-    "a dict validation batch": (
+    "a dict validation batch without a targets key": (
         """
         def validation():
-            return [{"x": X, "y": Y}]
+            return [{"x": X, "classes": Y}]
         """,
-        f"a validation batch is a dict (keys 'x', 'y'): {PAIRS}; dict batches are not supported yet",
+        "a validation batch is a dict (keys 'x', 'classes') with no targets key of 'labels', 'label', 'targets',"
+        f" 'target', 'y': {SAY}",
+    ),
+    "TARGETS naming a key the batches lack": (
+        """
+        TARGETS = "labels"
+        def batches():
+            return [{"x": X[i : i + 32], "y": Y[i : i + 32]} for i in range(0, 256, 32)]
+        """,
+        f"a training batch is a dict (keys 'x', 'y'), without the key 'labels' said to hold the targets: {SAY}",
+    ),
+    "a model returning a tuple": (
+        """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(8, 2)
+
+            def forward(self, x):
+                return self.layer(x), x
+
+        def model():
+            return Net()
+        """,
+        "the model returned a tuple of 2 (Tensor, Tensor): the doctor reads one output tensor; say which,"
+        " Doctor(..., output=...) with an int, a str (a key or attribute) or a function of the output",
     ),
     "regression targets for two outputs": (
         """

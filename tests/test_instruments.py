@@ -217,6 +217,37 @@ def test_clipping_known_answers():
     assert loose["grad_kept_at_step"] == 1.0 and loose["clipped_step_share"] == 0.0
 
 
+def closure_loop(clip=0.0, steps=6, keyword=True):
+    """The loop of standard_loop as optimizer.step(closure) runs it (LBFGS, Lightning): all of it inside the step."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
+    for x, y in instruments.watch([(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(steps)]):
+
+        def closure(x=x, y=y):
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            instruments.after_backward(loss)
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            return loss
+
+        optimizer.step(closure=closure) if keyword else optimizer.step(closure)
+    return instruments.finish()
+
+
+@pytest.mark.parametrize("keyword", [True, False])
+def test_a_step_that_runs_its_closure_is_read_after_the_closure_as_a_plain_loop(keyword):
+    # The step's pre-hook runs before the closure's forward and backward: read there, nothing would be clipped yet.
+    for clip in (0.0, 1e-3):
+        plain, inside = standard_loop(clip=clip), closure_loop(clip=clip, keyword=keyword)
+        for key in ("grad_kept_at_step", "clipped_step_share", "update_ratio_median", "backwards_per_step"):
+            assert inside[key] == pytest.approx(plain[key], rel=1e-6), (clip, key)
+        assert inside["grad_carried_share"] == plain["grad_carried_share"] == 0.0
+
+
 def test_clipping_before_unscale_keeps_a_scale_th_of_the_clipped_norm():
     right = standard_loop(torch.amp.GradScaler("cpu"), clip=1.0)
     wrong = standard_loop(torch.amp.GradScaler("cpu"), clip=1.0, clip_scaled=True)
