@@ -1,7 +1,8 @@
 """Command line: `python -m doctor RECIPE.py` runs a recipe under the doctor and prints its report.
 
-Options: --json FILE writes the report machine-readable; --probe runs the doctor's own loop even when the recipe
-has a train(Doctor) loop; --steps N sets the probe's length.
+Options: --json FILE writes the report machine-readable; --plot FILE writes a PNG figure of what the verdict rests
+on (loss curve and spikes, gradient norms, update ratio and data wait against their thresholds); --probe runs the
+doctor's own loop even when the recipe has a train(Doctor) loop; --steps N sets the probe's length.
 
 Exit status:
   0  healthy: no rule fired
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("recipe", help="a recipe file (see below)")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for standard output)")
+    parser.add_argument("--plot", metavar="FILE", help="also write a PNG figure of what the verdict rests on")
     parser.add_argument("--probe", action="store_true", help="run the doctor's probe loop, not the recipe's train()")
     parser.add_argument("--steps", type=int, help="steps of the probe loop (default: the recipe's STEPS, or 300)")
     args = parser.parse_args(argv)
@@ -101,6 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w") as sink:
                 json.dump(report.to_dict(), sink, indent=2)
+    if args.plot:
+        # The verdict stands whatever happens to the picture: a figure that cannot be written is said on standard
+        # error (standard output may be the JSON) and the exit status stays the verdict's.
+        try:
+            report.plot(args.plot)
+        except OSError as error:
+            print(f"error: could not write the figure to {args.plot}: {error}", file=sys.stderr)
+        else:
+            print(f"figure written to {args.plot}", file=sys.stderr)
     return HEALTHY if report.verdict == "healthy" else FAULT
 
 

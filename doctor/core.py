@@ -504,6 +504,17 @@ class Report:
         lines.append(f"  => {self.checklist[-1].detail}")
         return "\n".join(lines)
 
+    def plot(self, path, thresholds: dict[str, float] | None = None):
+        """Write one PNG figure of what the verdict rests on to `path` and return the path (doctor/plot.py).
+
+        The loss curve and its spikes, gradient norms per parameter and per census, the update-to-weight ratio and
+        the data-wait share against the thresholds of the rules that read them (default: the fitted thresholds of
+        the budget nearest to the run's steps). matplotlib is imported only here.
+        """
+        from doctor.plot import plot_report
+
+        return plot_report(self, path, thresholds)
+
 
 def _margin(finding: Finding) -> str:
     rule = next(r for r in RULES if r.verdict == finding.verdict)
