@@ -27,7 +27,7 @@ help: ## list the targets and their variables
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,integrations]"
 	touch $@
 
 setup: $(BIN)/.installed ## create .venv with torch (TORCH) and the project (runs again when pyproject.toml changes)
@@ -89,8 +89,9 @@ bench: setup ## measure grid wall vs its floor, instrument overhead, 2 workers v
 bench-engines: setup ## the 100-cell grid on a local Dask cluster against the joblib default (about 3 minutes)
 	$(BIN)/python bench/engines.py
 
-bench-doctor: setup ## measure the doctor's overhead on a user's loop and its time to a verdict (about 1 minute)
+bench-doctor: setup ## the doctor's overhead on a user's loop, Lightning and Hugging Face, and its time to a verdict (about 3 minutes)
 	$(BIN)/python bench/doctor_overhead.py
+	$(BIN)/python bench/integrations_overhead.py
 
 clean-runs: ## delete every records folder under runs/ (and Hydra's logs there)
 	find runs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +

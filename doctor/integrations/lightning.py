@@ -1,0 +1,135 @@
+"""The doctor on a PyTorch Lightning run, in one line: Trainer(..., callbacks=[DoctorCallback(loss_fn)]).
+
+    doctor = DoctorCallback(nn.CrossEntropyLoss(), validation=val_loader)   # any Doctor keyword argument
+    trainer = lightning.Trainer(max_steps=600, callbacks=[doctor])
+    trainer.fit(module, train_loader)
+    print(doctor.report)            # also logged under the logger "doctor" when fit ends
+    doctor.report_dict()            # the same as a JSON-ready dict
+
+The callback builds a Doctor (doctor/core.py) around the LightningModule and the trainer's optimizer when fit
+starts, shows it each training batch (on_train_batch_start) and each backward pass (on_after_backward, with the
+loss on_before_backward saw), and computes the report when fit ends. The LightningModule's forward must return
+the output the loss reads, and training_step must call it (self(x), not self.net(x)): the doctor calls the
+module itself to read the task, to recompute a fresh gradient on census steps and to evaluate `validation`, and
+its forward hooks sit on the module. `loss_fn(output, targets)` must compute the loss as training_step does.
+
+With precision="16-mixed" the precision plugin's GradScaler is handed to the doctor, which then reads gradients
+unscaled. Lightning's own loss normalization (divided by accumulate_grad_batches) and the scaler's scale are
+taken off the loss before the doctor records it: it wants the loss as computed.
+
+Without a GradScaler Lightning runs training_step, backward and gradient clipping inside
+optimizer.step(closure), after the optimizer's step pre-hook; the instruments then read the step (its rate, the
+gradient's norm at the step, the weights before the update) after the closure has run, just before the update
+(harness/instruments.py), so every measurement is what a plain loop gets. Tested with lightning 2.6;
+the older package name pytorch_lightning is used when lightning is not installed.
+"""
+
+import time
+
+import torch
+
+try:
+    from lightning.pytorch import Callback
+except ImportError:  # the package's older name
+    from pytorch_lightning import Callback
+
+from doctor.core import CannotJudge, Doctor
+from doctor.integrations import LOG, Outcome, let_go
+
+
+class DoctorCallback(Outcome, Callback):
+    """Watches a Lightning fit with the doctor; `report` (and `report_dict()`) once fit has ended.
+
+    `loss_fn(output, targets)`: the loss as training_step computes it from the module's output. Any other keyword
+    is passed to Doctor: validation= (batches shaped as the training ones), model_factory= (a function returning
+    a fresh LightningModule or model, for the memorization check), inputs=/targets=/output=, census_every=, ...
+    """
+
+    def __init__(self, loss_fn, **doctor_kwargs):
+        super().__init__()
+        self.loss_fn, self.doctor_kwargs = loss_fn, doctor_kwargs
+        self._loss: torch.Tensor | None = None  # the loss on_before_backward saw, as computed
+        self._ready_at = 0.0  # when the loop was last ready for a batch: waiting for one starts then
+        self._forward_seen = False
+        self._forward_hook = None
+
+    # ----- fit start: the doctor around the module and the optimizer ------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._scaler = getattr(trainer.precision_plugin, "scaler", None)  # "16-mixed" on a GPU: a GradScaler
+
+        def build() -> Doctor:
+            optimizers = trainer.optimizers
+            if len(optimizers) != 1:
+                raise CannotJudge(f"the doctor watches one optimizer and this module configures {len(optimizers)}")
+            return Doctor(pl_module, optimizers[0], self.loss_fn, scaler=self._scaler, **self.doctor_kwargs)
+
+        self._start(build)
+        self._forward_seen = False
+        if self.doctor is not None:
+            self._forward_hook = pl_module.register_forward_hook(self._training_forward)
+        self._ready_at = time.perf_counter()
+
+    def _training_forward(self, module, _inputs, _output) -> None:
+        if torch.is_grad_enabled() and module.training:
+            self._forward_seen = True
+
+    # ----- each batch --------------------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._ready_at = time.perf_counter()  # the epoch's first wait includes starting the loader's workers
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._ready_at = time.perf_counter()  # a validation between two batches is no wait for data
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.doctor is None:
+            return
+        # From the end of the last batch (or the epoch's start, or a validation's end) to this batch: Lightning
+        # fetched it and moved it to the device then, and did its own bookkeeping between batches (a little).
+        waited = time.perf_counter() - self._ready_at
+        with self._judging():
+            self.doctor.see(batch, waited)
+
+    def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
+        loss = loss.detach()
+        if self._scaler is not None and self._scaler.is_enabled():
+            # Lightning scales the loss before this hook; the scale as a tensor needs no host-device sync
+            # (get_scale() would wait for the GPU every step).
+            scale = self._scaler._scale if torch.is_tensor(getattr(self._scaler, "_scale", None)) else None
+            loss = loss / (scale if scale is not None else self._scaler.get_scale())
+        if pl_module.automatic_optimization and trainer.accumulate_grad_batches > 1:
+            loss = loss * trainer.accumulate_grad_batches  # training_step's loss was divided by it for backward
+        self._loss = loss
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        if self.doctor is None or self._loss is None:
+            return
+        if not self._forward_seen and self._forward_hook is not None:
+            LOG.warning(
+                "doctor: training_step did not call the LightningModule itself (self(x)): the checks read from the"
+                " training forward (the task, a softmax before the loss, train/eval mode) are missing"
+            )
+        self._remove_forward_hook()  # looked at once: the first backward follows the first forward
+        loss, self._loss = self._loss, None
+        with self._judging():
+            self.doctor.after_backward(loss)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._ready_at = time.perf_counter()
+
+    # ----- fit end: the report -------------------------------------------------------------------------------------
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """A fit that failed gets no report; the hooks come off, so that the module is left as it was."""
+        self._remove_forward_hook()
+        if self.doctor is not None:
+            let_go(self.doctor)
+            self.doctor = None
+
+    def _remove_forward_hook(self) -> None:
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        """Compute, keep and log the report."""
+        self._remove_forward_hook()
+        self._conclude(log=trainer.is_global_zero)

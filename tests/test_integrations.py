@@ -1,0 +1,318 @@
+"""The doctor's callbacks against the real libraries: PyTorch Lightning and the Hugging Face Trainer, on the CPU.
+
+Each gets a healthy run and a planted fault (a learning rate far too high) on a small model, and the callback
+must name them as the doctor names the same runs in a plain loop (tests/test_doctor_batches.py); the loop shapes
+these frameworks add (Lightning's optimizer.step(closure), gradient accumulation, a loss the framework divides
+or scales) must leave the measurements right or absent. Each library is an optional extra (`integrations` in
+pyproject.toml, installed by `make setup`): where one is missing its tests skip.
+"""
+
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
+
+sys.path.insert(0, str(ROOT / "examples"))
+from digits_cnn import TRAIN, VAL
+
+# The Hugging Face libraries read these when first imported: no hub, no tracker, whatever the machine has.
+for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true"}.items():
+    os.environ.setdefault(name, value)
+
+# Lightning 2.6 builds torch's LeafSpec, which torch 2.13 deprecates: its warning, not the doctor's.
+pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")
+
+IMAGES, LABELS = TRAIN.tensors[0].flatten(1), TRAIN.tensors[1]
+VAL_IMAGES, VAL_LABELS = VAL.tensors[0].flatten(1), VAL.tensors[1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Models this small run fastest on one thread; two threads on two busy cores made a fit 40x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ----- PyTorch Lightning ------------------------------------------------------------------------------------------
+@pytest.fixture
+def pl():
+    return pytest.importorskip("lightning.pytorch")
+
+
+def lightning_module(pl, lr: float):
+    """A LightningModule over the MLP of tests/test_doctor_batches.py: 64 pixels, 32 hidden units, 10 classes."""
+
+    class Digits(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+            self.loss = nn.CrossEntropyLoss()
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, _index):
+            x, y = batch
+            return self.loss(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=lr)
+
+    return Digits
+
+
+def lightning_trainer(pl, doctor, steps: int, **trainer_kwargs):
+    """A quiet CPU Trainer for `steps` optimizer steps with the doctor's callback."""
+    return pl.Trainer(
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[doctor],
+        **trainer_kwargs,
+    )
+
+
+def lightning_fit(pl, lr=1e-2, steps=200, batches=None, **trainer_kwargs):
+    """A Lightning fit of the digits MLP under the callback; returns the callback."""
+    from doctor.integrations.lightning import DoctorCallback
+
+    torch.manual_seed(0)
+    module = lightning_module(pl, lr)
+    data = TensorDataset(IMAGES, LABELS)
+    # Whole batches indexed at once: a DataLoader over tiny tensors indexing item by item waits for data longer
+    # than the MLP computes, which the doctor would rightly call a starved loader.
+    loader = batches or DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data), 64, drop_last=True))
+    doctor = DoctorCallback(
+        nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)], model_factory=module, memorize_steps=100
+    )
+    trainer = lightning_trainer(pl, doctor, steps, **trainer_kwargs)
+    trainer.fit(module(), loader)
+    return doctor
+
+
+def test_lightning_healthy_fit_is_called_healthy_and_logged(pl, caplog):
+    with caplog.at_level(logging.INFO, logger="doctor"):
+        doctor = lightning_fit(pl)
+    report = doctor.report
+    assert report.verdict == "healthy", str(report)
+    assert report.steps == 200
+    m = report.measurements
+    assert m["final_val_acc"] > 0.9 and m["memorize_best_loss"] < 0.1, str(report)
+    # The loss as training_step computed it (ln 10 at first), one backward per step, .grad cleared by Lightning.
+    assert m["first_loss"] == pytest.approx(math.log(10), rel=0.1)
+    assert m["backwards_per_step"] == 1 and m["grad_carried_share"] == 0.0
+    assert m["grad_kept_at_step"] == 1.0  # nothing clipped: read after the step's closure, before the update
+    logged = [r for r in caplog.records if r.name == "doctor"]
+    assert [r.levelno for r in logged] == [logging.INFO] and "verdict: healthy" in logged[0].getMessage()
+    as_dict = doctor.report_dict()
+    assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
+
+
+def test_lightning_fit_with_a_rate_far_too_high_is_named(pl, caplog):
+    with caplog.at_level(logging.INFO, logger="doctor"):
+        doctor = lightning_fit(pl, lr=0.5)
+    assert doctor.report.verdict == "lr_too_high", str(doctor.report)
+    assert doctor.report_dict()["verdict"] == "lr_too_high"
+    assert any(r.levelno == logging.WARNING and "verdict: lr_too_high" in r.getMessage() for r in caplog.records)
+
+
+def test_lightning_clipping_inside_the_closure_is_read_as_in_a_plain_loop(pl):
+    # Without a GradScaler Lightning runs backward and clips inside optimizer.step(closure): the step is read after
+    # the closure, so clipping to a norm of 1e-3 keeps 1e-3 / (the norm after backward), accumulating or not.
+    for accumulate in (1, 2):
+        clipped = lightning_fit(pl, steps=100, gradient_clip_val=1e-3, accumulate_grad_batches=accumulate)
+        m = clipped.report.measurements
+        assert clipped.report.verdict == "over_clipped", str(clipped.report)
+        assert m["clipped_step_share"] == 1.0 and m["backwards_per_step"] == accumulate
+        expected = 1e-3 / statistics.median(m["grad_norm_curve"])  # the census reads the norm after backward
+        assert m["grad_kept_at_step"] == pytest.approx(expected, rel=0.5)
+    m = clipped.report.measurements
+    # Lightning divides the loss by accumulate_grad_batches before backward: the doctor records it as computed.
+    assert m["first_loss"] == pytest.approx(math.log(10), rel=0.1)
+
+
+def test_lightning_16_mixed_hands_its_grad_scaler_to_the_doctor(pl):
+    # "16-mixed" as on a GPU, on the CPU: float16 autocast and a GradScaler. The closure then runs before
+    # optimizer.step(), as in a plain loop, so clipping is read even while accumulating.
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    amp = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    doctor = lightning_fit(pl, steps=100, gradient_clip_val=1e-3, accumulate_grad_batches=2, plugins=[amp])
+    m = doctor.report.measurements
+    assert doctor.report.verdict == "over_clipped", str(doctor.report)
+    assert m["amp_scale_last"] == 65536.0 and m["amp_skipped_share"] == 0.0 and m["backwards_per_step"] == 2
+    # Lightning hands on_before_backward the loss divided by 2 and times 65536: taken off both.
+    assert m["first_loss"] == pytest.approx(math.log(10), rel=0.1)
+
+
+def test_lightning_batches_the_doctor_cannot_read_leave_the_fit_alone(pl, caplog):
+    class Unlabelled(Dataset):  # dicts with no targets key the doctor knows: it cannot tell what is predicted
+        def __len__(self):
+            return 256
+
+        def __getitem__(self, index):
+            return {"image": IMAGES[index], "digit": LABELS[index]}
+
+    class DictModule(lightning_module(pl, 1e-2)):
+        def training_step(self, batch, _index):
+            return self.loss(self(batch["image"]), batch["digit"])
+
+    from doctor.integrations.lightning import DoctorCallback
+
+    doctor = DoctorCallback(nn.CrossEntropyLoss())
+    trainer = lightning_trainer(pl, doctor, 20)
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        trainer.fit(DictModule(), DataLoader(Unlabelled(), batch_size=32))
+    assert trainer.global_step == 20  # the fit ran to its end without the doctor
+    assert doctor.report is None and "targets key" in doctor.cannot_judge
+    assert doctor.report_dict() == {"verdict": None, "cannot_judge": doctor.cannot_judge}
+    assert any("cannot judge this run" in r.getMessage() for r in caplog.records)
+
+
+def test_lightning_training_step_that_bypasses_the_module_is_warned_of(pl, caplog):
+    class Bypassing(lightning_module(pl, 1e-2)):
+        def training_step(self, batch, _index):
+            x, y = batch
+            return self.loss(self.net(x), y)  # not self(x): the doctor's forward hooks on the module never fire
+
+    from doctor.integrations.lightning import DoctorCallback
+
+    doctor = DoctorCallback(nn.CrossEntropyLoss())
+    trainer = lightning_trainer(pl, doctor, 10)
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        trainer.fit(Bypassing(), DataLoader(TensorDataset(IMAGES, LABELS), batch_size=64))
+    assert any("did not call the LightningModule itself" in r.getMessage() for r in caplog.records)
+    assert doctor.report is not None  # judged all the same, on what the other hooks measured
+
+
+# ----- Hugging Face transformers -------------------------------------------------------------------------------------
+VOCAB, LENGTH, CLASSES = 64, 16, 4
+
+
+def token_task(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences whose class is the group that half of their tokens come from (a bag of words a small BERT learns).
+
+    Token 1 opens each sequence (BERT's pooler reads the first position); the rest are drawn half from the
+    class's own 8 tokens (ids 4 + 8c to 11 + 8c) and half from all 60.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, CLASSES, (n,), generator=generator)
+    anything = torch.randint(4, VOCAB, (n, LENGTH), generator=generator)
+    own = 4 + 8 * labels[:, None] + torch.randint(0, 8, (n, LENGTH), generator=generator)
+    ids = torch.where(torch.rand(n, LENGTH, generator=generator) < 0.5, own, anything)
+    ids[:, 0] = 1
+    return ids, labels
+
+
+class Tokens(Dataset):
+    """The token task as a Trainer dataset: one dict per example, as a tokenizer's output with its labels."""
+
+    def __init__(self, n: int, seed: int):
+        self.ids, self.labels = token_task(n, seed)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        ids = self.ids[index]
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": self.labels[index]}
+
+
+@pytest.fixture
+def hf():
+    return pytest.importorskip("transformers")
+
+
+def tiny_bert(hf):
+    """A one-layer BERT classifier built from its config: 32 wide, 2 heads, nothing downloaded."""
+    torch.manual_seed(0)
+    config = hf.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=LENGTH,
+        num_labels=CLASSES,
+    )
+    return hf.BertForSequenceClassification(config)
+
+
+def hf_train(hf, tmp_path, lr=1e-3, steps=300, **training_args):
+    """A Trainer run of the tiny BERT on the token task under the callback; returns the callback."""
+    pytest.importorskip("accelerate")
+    from doctor.integrations.huggingface import DoctorTrainerCallback
+
+    ids, labels = token_task(256, seed=99)
+    validation = [{"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}]
+    doctor = DoctorTrainerCallback(validation=validation, model_factory=lambda: tiny_bert(hf), memorize_steps=100)
+    args = hf.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=steps,
+        per_device_train_batch_size=32,
+        learning_rate=lr,
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        **training_args,
+    )
+    model = tiny_bert(hf)
+    hf.Trainer(model=model, args=args, train_dataset=Tokens(2048, seed=0), callbacks=[doctor]).train()
+    return doctor
+
+
+def test_hugging_face_healthy_training_is_called_healthy_and_logged(hf, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="doctor"):
+        doctor = hf_train(hf, tmp_path)
+    report = doctor.report
+    assert report.verdict == "healthy", str(report)
+    assert report.steps == 300
+    m = report.measurements
+    assert m["task"] == "multiclass" and m["final_val_acc"] > 0.9, str(report)
+    assert m["first_loss"] == pytest.approx(math.log(CLASSES), rel=0.1)
+    assert m["backwards_per_step"] == 1 and m["grad_carried_share"] == 0.0
+    # The Trainer clips at max_grad_norm=1 by default: read before clipping (after backward) and at the step.
+    assert 0 < m["grad_kept_at_step"] <= 1.0
+    logged = [r for r in caplog.records if r.name == "doctor"]
+    assert [r.levelno for r in logged] == [logging.INFO] and "verdict: healthy" in logged[0].getMessage()
+    as_dict = doctor.report_dict()
+    assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
+
+
+def test_hugging_face_training_with_a_rate_far_too_high_is_named(hf, tmp_path):
+    doctor = hf_train(hf, tmp_path, lr=0.5)
+    assert doctor.report.verdict == "lr_too_high", str(doctor.report)
+
+
+def test_hugging_face_gradient_accumulation_is_seen_as_the_loop_runs_it(hf, tmp_path):
+    # Two backward passes per optimizer step; the Trainer divides the loss by 2 before backward (or passes the
+    # model num_items_in_batch): the doctor records the loss as computed, ln 4 at first.
+    doctor = hf_train(hf, tmp_path, steps=40, gradient_accumulation_steps=2)
+    m = doctor.report.measurements
+    assert m["backwards_per_step"] == 2 and m["optimizer_steps"] == 40 and doctor.report.steps == 80
+    assert m["first_loss"] == pytest.approx(math.log(CLASSES), rel=0.1)
+    assert m["grad_carried_share"] == 0.0  # the Trainer zeroes .grad after each optimizer step
+
+
+def test_hugging_face_label_smoothing_is_refused_in_one_line_and_training_goes_on(hf, tmp_path, caplog):
+    # The Trainer pops the labels before calling the model: the doctor would never see the targets.
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        doctor = hf_train(hf, tmp_path, steps=5, label_smoothing_factor=0.1)
+    assert doctor.report is None and "label_smoothing_factor" in doctor.cannot_judge
+    assert doctor.report_dict()["verdict"] is None
+    assert any("cannot judge this run" in r.getMessage() for r in caplog.records)
