@@ -240,11 +240,10 @@ class BatchLayout:
                 inputs = lambda b: {k: _get(b, k) for k in keys}  # noqa: E731 - one line per way of reading
             else:
                 inputs = lambda b: tuple(b[k] for k in keys)  # noqa: E731
-        if inputs is not None and targets is not None:
-            return lambda b: (_get(b, inputs), _get(b, targets))
-        guess_inputs, guess_targets = self._guess(batch, where, targets)
-        inputs = inputs if inputs is not None else guess_inputs
-        targets = targets if targets is not None else guess_targets
+        if inputs is None or targets is None:
+            guess_inputs, guess_targets = self._guess(batch, where, targets)
+            inputs = inputs if inputs is not None else guess_inputs
+            targets = targets if targets is not None else guess_targets
         if isinstance(inputs, int) and isinstance(targets, int):
             return operator.itemgetter(inputs, targets)  # pairs, the grid's and most loops': read at no cost
         return lambda b: (_get(b, inputs), _get(b, targets))

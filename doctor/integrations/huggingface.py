@@ -101,7 +101,7 @@ class DoctorTrainerCallback(Outcome, TrainerCallback):
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
         if not torch.is_tensor(loss) or any(k in kwargs for k in TRAINER_KWARGS):
             # No loss of the model's own, or one divided over a whole accumulation group: the loss as computed.
-            loss = self.loss_fn(logits.detach(), self.doctor.layout.split(self._batch)[1])
+            loss = self.loss_fn(logits.detach(), self.doctor.instruments.last_targets)  # split by see()
         self._batch = None
         # after_backward must run once backward has filled .grad, and before the Trainer clips (on_substep_end and
         # on_pre_optimizer_step come after clip_grad_norm_: the census would read clipped gradients, and the
