@@ -119,6 +119,7 @@ class Doctor:
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy).
         self.recent: deque = deque()
+        self._recent_sizes: deque = deque()  # examples in each of them
         self.keep_batches, self._recent_examples = keep_batches, 0
         self.n_classes: int | None = None
         self.task: str | None = None
@@ -139,9 +140,7 @@ class Doctor:
     def watch(self, batches: Iterable) -> Iterator:
         """Yield the batches as they are, timing the wait for each; the first is read for the task."""
         with refusing():  # the user's loop body does not run in here: only the doctor's reading of each batch
-            for batch in self.instruments.watch(batches):
-                self._seen()
-                yield batch
+            yield from self.instruments.watch(batches, then=self._seen)
 
     def see(self, batch, waited_s: float = 0.0) -> None:
         """One batch the loop is about to train on, for loops the doctor does not iterate (a framework's callbacks).
@@ -158,26 +157,24 @@ class Doctor:
             self.task, self.n_classes, self.uninformed_loss = check_task(self.model, self.layout, inputs, targets)
             if self.validation is not None:
                 self.val_start = self._evaluate(self.validation)
-        self._remember(inputs, targets)
+        # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
+        self.recent.append((inputs, targets))
+        self._recent_sizes.append(targets.shape[0] if targets.dim() else 1)  # shape[0]: len() costs more
+        self._recent_examples += self._recent_sizes[-1]
+        while len(self.recent) > self.keep_batches and self._recent_examples - self._recent_sizes[0] >= RECENT_EXAMPLES:
+            self.recent.popleft()
+            self._recent_examples -= self._recent_sizes.popleft()
 
     def _evaluate(self, batches: Iterable, split: bool = True) -> tuple[float, float]:
         """Loss and score on batches as the loop's (split=True) or on (inputs, targets) pairs already split."""
         layout = self.layout if split else self.layout.already_split()
         return evaluate(self.model, self.loss_fn, batches, task=self.task, layout=layout)
 
-    def _remember(self, inputs, targets) -> None:
-        self.recent.append((inputs, targets))
-        self._recent_examples += len(targets)
-        while (
-            len(self.recent) > self.keep_batches and self._recent_examples - len(self.recent[0][1]) >= RECENT_EXAMPLES
-        ):
-            self._recent_examples -= len(self.recent.popleft()[1])
-
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
         self.instruments.after_backward(loss)
-        inputs = self.recent[-1][0] if self.recent else None
-        self.nonfinite.after_backward(self.instruments.step, loss, inputs, self.instruments)
+        # The step's inputs (None if no batch was seen), for the look-back should the loss be non-finite.
+        self.nonfinite.after_backward(self.instruments.step, loss, self.instruments.last_inputs, self.instruments)
 
     @property
     def steps(self) -> int:

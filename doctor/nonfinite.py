@@ -103,9 +103,7 @@ class NonFiniteWatch:
         if self.origin is not None:
             return  # found: the rest of the run cannot say more about where it started
         grads = (
-            [p.grad for p in self.trained if p.grad is not None and not p.grad.is_sparse]
-            if self.check_gradients
-            else []
+            [g for p in self.trained if (g := p.grad) is not None and not g.is_sparse] if self.check_gradients else []
         )
         if _all_finite(loss, grads):
             return
@@ -202,6 +200,7 @@ class NonFiniteWatch:
 
 
 _ONE: dict[torch.device, torch.Tensor] = {}  # the scale of 1 the check multiplies by, per device
+_FOUND: dict[torch.device, torch.Tensor] = {}  # the check's count of hits, per device: zeroed again only after a hit
 
 
 def _all_finite(loss: torch.Tensor, grads: list[torch.Tensor]) -> bool:
@@ -212,7 +211,7 @@ def _all_finite(loss: torch.Tensor, grads: list[torch.Tensor]) -> bool:
     several devices, or of a dtype the kernel does not take, are checked by their norms instead.
     """
     loss = loss.detach()
-    found = torch.zeros(1, device=loss.device)
+    found = _found(loss.device)
     if grads:
         device = grads[0].device
         try:
@@ -228,5 +227,20 @@ def _all_finite(loss: torch.Tensor, grads: list[torch.Tensor]) -> bool:
             found += (~torch.isfinite(norms)).any().float()
     if loss.is_cpu:
         # On the CPU two reads cost less than the ops that would make them one.
-        return math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item()) and not found.item()
-    return bool((found + (~torch.isfinite(loss)).any().float()).item() == 0)  # one sync for the loss and the check
+        hit = bool(found.item())
+        finite = math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item())
+        if hit:
+            found.zero_()
+        return finite and not hit
+    total = (found + (~torch.isfinite(loss)).any().float()).item()  # one sync for the loss and the check
+    if total:
+        found.zero_()
+    return total == 0
+
+
+def _found(device: torch.device) -> torch.Tensor:
+    """The zero the check counts its hits into, kept from call to call (a new one each step costs more)."""
+    found = _FOUND.get(device)
+    if found is None:
+        found = _FOUND[device] = torch.zeros(1, device=device)
+    return found

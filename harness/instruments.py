@@ -28,6 +28,7 @@ factory on a handful of the run's examples, at fixed sensible rates.
 import itertools
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from statistics import median
@@ -77,6 +78,33 @@ SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of 
 MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
 BATCH_DRAWS = 256  # random batches the label mix is compared with
 CLIPPED = 1 - 1e-4  # a step whose gradient norm fell below this share of its norm after backward was clipped
+
+
+def _scalars(values: list[torch.Tensor]) -> list[float]:
+    """0-d tensors as Python floats, read in one go (stacked in the widest of their dtypes, which holds them all)."""
+    try:
+        return torch.stack(values).tolist()
+    except RuntimeError:  # on several devices
+        return [float(v) for v in values]
+
+
+def _unhook(param: torch.Tensor, hook) -> None:
+    """Remove a tensor hook, and with the last one the tensor's hook table.
+
+    Autograd calls into Python for a table left empty too, at the cost of a hook (about 3% of a small model's step).
+    """
+    hook.remove()
+    if not param._backward_hooks:
+        param._backward_hooks = None
+
+
+def _zero_counts(tensors: list[torch.Tensor]) -> list[int]:
+    """How many entries of each tensor are exactly 0, in one call where the count stays exact (float32 or wider)."""
+    exact = [t.numel() < 1 << 24 and t.dtype in (torch.float32, torch.float64) for t in tensors]
+    nonzero = iter(
+        _scalars(torch._foreach_norm([t for t, e in zip(tensors, exact, strict=True) if e], 0)) if any(exact) else []
+    )
+    return [t.numel() - round(next(nonzero)) if e else int((t == 0).sum()) for t, e in zip(tensors, exact, strict=True)]
 
 
 def plain_forward(model: nn.Module, x):
@@ -227,6 +255,7 @@ class Instruments:
         self.label_positives: torch.Tensor | None = None  # multi-label: how often each label is 1
         self.label_rows = 0
         self._pending_labels: list[torch.Tensor] = []  # counted in bulk: a bincount per step costs more than it says
+        self._pending_values = 0
         self.batch_entropies: list[float] = []  # per batch with class labels: the entropy of its labels (nats)
         self.batch_sizes: list[int] = []
         self._spikes_found: list[int] = []  # the spikes of the first `_spikes_upto` losses, measured already
@@ -264,21 +293,32 @@ class Instruments:
         self.scales: list[float] = []
         self.skipped_steps = 0
         self._scale_read_at = -1  # the step of the last read
+        # Hooks cost their call on every step of a loop whose step may take a millisecond, so only what is read is
+        # hooked: the train/eval mode only where it changes something, the output only while the next step is a
+        # census step (_arm_output_check), and the gradients on one parameter once the first backward has shown
+        # which one's arrives first (_on_gradient).
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
-            model.register_forward_pre_hook(self._before_forward),
-            model.register_forward_hook(self._after_forward),
-            *(p.register_hook(partial(self._on_gradient, p)) for _, p in self.named_params if p.requires_grad),
         ]
+        if self.has_modes:
+            self._hooks.append(model.register_forward_pre_hook(self._before_forward))
+        self._output_hook = None
+        self._census_next = True  # whether the next step (the first: step 0) is a census step
+        self._arm_output_check()
+        self._gradient_hooks: list = []
+        self._watched: torch.Tensor | None = None  # the parameter whose .grad is read (_hook_every_gradient)
+        self._exact = False  # read by the hook on every step (_read_cleared)
+        self._grad_at_step: tuple | None = None  # (weakref to .grad, its version) as the last optimizer step left it
+        self._hook_every_gradient()
 
     def is_census_step(self, step: int) -> bool:
         """Every `census_every` steps, and at steps 0, 1, 2, 4, 8, ... below it: a short run gets several."""
         return step % self.census_every == 0 or (step < self.census_every and step & (step - 1) == 0)
 
     # ----- data wait ---------------------------------------------------------------------------------------
-    def watch(self, batches: Iterable) -> Iterator:
-        """Yield the batches of `batches`, timing how long the loop waits for each one."""
+    def watch(self, batches: Iterable, then: Callable[[], None] | None = None) -> Iterator:
+        """Yield the batches of `batches`, timing how long the loop waits for each one; `then()` after each is seen."""
         iterator = iter(batches)
         while True:
             start = time.perf_counter()
@@ -289,6 +329,8 @@ class Instruments:
             except StopIteration:
                 return
             self.see(batch, time.perf_counter() - start)
+            if then is not None:
+                then()
             yield batch
 
     def see(self, batch, waited_s: float = 0.0) -> None:
@@ -309,8 +351,9 @@ class Instruments:
         elif self._probe_growing:
             self._grow_probe(inputs, targets)
         self._count_labels(targets)
-        self._keep(inputs, targets)
-        if self.is_census_step(self.step + 1):
+        if self.n_kept < self.keep_examples:
+            self._keep(inputs, targets)
+        if self.fresh_gradient and self._census_next:
             # Remember the RNG state the forward pass will start from, so that the census can replay
             # the same dropout masks when it recomputes a fresh gradient.
             cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -350,8 +393,6 @@ class Instruments:
 
     def _keep(self, inputs, targets) -> None:
         """Keep the first `keep_examples` examples (floating-point inputs and their targets) for the reference."""
-        if self.n_kept >= self.keep_examples:
-            return
         kept = example_rows(inputs, targets, self.keep_examples - self.n_kept)
         if kept is not None:
             self.kept.append(kept)
@@ -377,16 +418,18 @@ class Instruments:
 
     def _count_labels(self, labels) -> None:
         """Running count of each class among the targets the loop trains on (per label for multi-label targets)."""
-        if not (torch.is_tensor(labels) and labels.dim() >= 1) or not len(labels):
+        if not (torch.is_tensor(labels) and labels.dim() >= 1) or not labels.shape[0]:  # shape: len() costs more
             return
-        self._pending_labels.append(labels.detach())
-        if len(self._pending_labels) >= 64 and self.task is not None:
+        self._pending_labels.append(labels.detach() if labels.requires_grad else labels)
+        self._pending_values += labels.numel()
+        # Counted in bulk, as seldom as memory allows: a flush costs about half a step whatever its size.
+        if (len(self._pending_labels) >= 1024 or self._pending_values >= 1 << 18) and self.task is not None:
             self._flush_labels()
 
     def _flush_labels(self) -> None:
         if not self._pending_labels or self.task is None:
             return
-        pending, self._pending_labels = self._pending_labels, []
+        pending, self._pending_labels, self._pending_values = self._pending_labels, [], 0
         if self.task == "multilabel":
             rows = torch.cat([t.reshape(len(t), -1).float() for t in pending])
             positives = rows.sum(dim=0)
@@ -435,6 +478,14 @@ class Instruments:
         return float(np.mean(self.batch_entropies)) / shuffled if shuffled > 1e-9 else math.nan
 
     # ----- forward hooks: train/eval mode and what the model outputs --------------------------------------------
+    def _arm_output_check(self) -> None:
+        """Hook the model's output exactly while the next step is a census step: the only forwards it reads."""
+        if self._census_next and self._output_hook is None:
+            self._output_hook = self.model.register_forward_hook(self._after_forward)
+        elif not self._census_next and self._output_hook is not None:
+            self._output_hook.remove()
+            self._output_hook = None
+
     def _before_forward(self, model, _inputs) -> None:
         if self._own_forward or not self.has_modes:
             return  # without dropout or BatchNorm the mode changes nothing
@@ -446,7 +497,7 @@ class Instruments:
             self.forwards["eval_in_train"] += model.training
 
     def _after_forward(self, _model, _inputs, output) -> None:
-        if self._own_forward or not torch.is_grad_enabled() or not self.is_census_step(self.step + 1):
+        if self._own_forward or not torch.is_grad_enabled() or not self._census_next:
             return
         output = self.layout.output_or_none(output)  # a Hugging Face model returns an object holding the logits
         if output is None:
@@ -457,7 +508,7 @@ class Instruments:
             # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied. That is
             # a double softmax only for a loss that applies a softmax of its own (not MSE on a Keras-style output).
             out = output.detach().float()
-            rows = (out.min(dim=1).values >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
+            rows = (out.amin(dim=1) >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
             self.output_prob.append(float(rows.float().mean()) if self.loss_kind in SOFTMAX_LOSSES else 0.0)
             self._disagreement(out if bool(rows.all()) else out.softmax(dim=1))
 
@@ -480,9 +531,10 @@ class Instruments:
         if self.task not in ("multiclass", "onehot") or not torch.is_tensor(targets):
             return
         labels = class_labels(targets, self.task)
-        if len(labels) != len(probabilities) or int(labels.max()) >= probabilities.shape[1]:
+        if labels.shape[0] != probabilities.shape[0] or int(labels.max()) >= probabilities.shape[1]:
             return
-        labels = labels.to(probabilities.device)
+        if labels.device != probabilities.device:
+            labels = labels.to(probabilities.device)
         given = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
         other_first = probabilities.argmax(dim=1) != labels
         self.disagreement.append((self.step + 1, float((other_first & (given < 0.1)).float().mean())))
@@ -490,22 +542,28 @@ class Instruments:
     # ----- after backward: loss curve, first loss, gradient census ------------------------------------------
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after `loss.backward()` and before `optimizer.step()`."""
+        if self._clear_check_due and not self._exact and self._watched is not None:
+            self._read_cleared()  # before anything here or in the loop changes .grad in place
         self.step += 1
         self._backwards_since_step += 1
         self.losses.append(loss.detach())
         if self.step == 0:
-            self.first_loss = float(loss.detach())
+            self.first_loss = float(self.losses[0])
             if self.probe is not None and rows(self.probe) >= PROBE_EXAMPLES:
                 self.init_census = self._activation_census()
             elif self.probe is not None:  # wait for more examples; keep the weights as they are (no update yet)
                 self._init_state = self._weights()
-        if self.is_census_step(self.step):
+        if self._census_next:  # this step is a census step
             self._census()
             self._ratio_due = self._clip_due = True
             if self.scaler is not None:
                 self._read_scale()
         if self._clip_due:  # every backward until the step: with accumulation the last one is what is stepped
             self._norm_after_backward = self._grad_norm() / self._grad_scale()
+        census_next = self.is_census_step(self.step + 1)
+        if census_next != self._census_next:
+            self._census_next = census_next
+            self._arm_output_check()
 
     def _activation_census(self) -> dict:
         self._own_forward = True
@@ -583,18 +641,25 @@ class Instruments:
         return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float()))
 
     def _census(self) -> None:
-        norms, maxima, zero_shares, missing = [], [], [], []
-        zeros = elements = 0
         scale = self._grad_scale()  # under AMP the census reads the gradients as the optimizer will get them
-        for _, param in self.named_params:
-            grad = param.grad
-            missing.append(grad is None)
+        grads = [param.grad for _, param in self.named_params]
+        missing = [grad is None for grad in grads]
+        present = [grad for grad in grads if grad is not None]
+        norms, maxima, zero_shares = [], [], []
+        zeros = elements = 0
+        if present:
+            # One call per statistic for all the parameters: the same values as one tensor at a time, for a
+            # fraction of the calls (a census on a small model costs about a step).
+            values = iter(_scalars([*torch._foreach_norm(present), *torch._foreach_max(torch._foreach_abs(present))]))
+            norm_values = [next(values) for _ in present]
+            values = iter(zip(norm_values, values, _zero_counts(present), strict=True))
+        for grad in grads:
             if grad is None:
                 norms.append(math.nan), maxima.append(math.nan), zero_shares.append(math.nan)
                 continue
-            n_zero = int((grad == 0).sum())
-            norms.append(float(grad.norm()) / scale)
-            maxima.append(float(grad.abs().max()) / scale)
+            norm, largest, n_zero = next(values)
+            norms.append(norm / scale)
+            maxima.append(largest / scale)
             zero_shares.append(n_zero / grad.numel())
             zeros += n_zero
             elements += grad.numel()
@@ -650,14 +715,39 @@ class Instruments:
         new = math.sqrt(sum(float(f.norm()) ** 2 for f in fresh if f is not None))
         return held / new if new > 0 else math.nan
 
-    # ----- gradient hooks: was .grad cleared since the last optimizer step? ------------------------------------
-    def _on_gradient(self, param: torch.Tensor, grad: torch.Tensor) -> None:
-        """Runs when backward has computed `param`'s gradient, before it is added into `param.grad`.
+    # ----- was .grad cleared since the last optimizer step? -----------------------------------------------------
+    # On the first backward after an optimizer step, .grad should be None or zero: whatever it still holds was
+    # added before that step, so the next step would follow it again. One parameter is read, the first whose
+    # gradient arrives in the run's first backward: any one would do, since a parameter that sat out the step's
+    # earlier backward passes holds nothing of them.
+    #
+    # A Python hook in every backward pass costs about 3% of a small model's step, so .grad is first read after
+    # backward, from what the optimizer step left: a new tensor (zero_grad(set_to_none=True), the default) or
+    # one zeroed in place and then added to (its version counter two or more ahead) is cleared. A tensor only
+    # added to since the step (one ahead) may be one whose zeroing the counter does not see (grad.data.zero_()),
+    # so from then on the hook reads it exactly, before each step's first gradient is added: only the hook ever
+    # says "carried". A gradient that is a view (its counter shared with other tensors) or sparse is read by the
+    # hook from the start.
 
-        On the first backward after an optimizer step, `param.grad` should be None or zero: whatever it still
-        holds was added before that step, so the next step would follow it again. Read on the first parameter
-        whose gradient arrives, once per optimizer step, so that the loss's scaling never matters.
-        """
+    def _hook_every_gradient(self) -> None:
+        """Hook every trained parameter, to learn which one's gradient arrives first (then only that one's)."""
+        self._watched = None
+        for param, hook in self._gradient_hooks:
+            _unhook(param, hook)
+        self._gradient_hooks = [
+            (p, p.register_hook(partial(self._on_gradient, p))) for _, p in self.named_params if p.requires_grad
+        ]
+
+    def _on_gradient(self, param: torch.Tensor, grad: torch.Tensor) -> None:
+        """Runs when backward has computed `param`'s gradient, before it is added into `param.grad`."""
+        if self._watched is None:  # the run's first gradient, or one after the watched parameter sat out a step
+            self._watched = param
+            for hooked, hook in self._gradient_hooks:
+                if not (self._exact and hooked is param):
+                    _unhook(hooked, hook)
+            self._gradient_hooks = [pair for pair in self._gradient_hooks if self._exact and pair[0] is param]
+            if not self._exact:
+                return  # read after backward from now on (_read_cleared)
         if not self._clear_check_due or self._own_forward:
             return
         self._clear_check_due = False
@@ -665,9 +755,38 @@ class Instruments:
         held = param.grad
         self.carried_steps += int(held is not None and bool(held.ne(0).any()))
 
+    def _read_exactly(self) -> None:
+        """From now on the hook reads the watched parameter's .grad before each step's first gradient is added."""
+        self._exact = True
+        param = self._watched
+        self._gradient_hooks = [(param, param.register_hook(partial(self._on_gradient, param)))]
+
+    def _read_cleared(self) -> None:
+        """After the first backward since an optimizer step, whether the watched .grad was cleared in between."""
+        grad, at_step = self._watched.grad, self._grad_at_step
+        if grad is None:
+            return  # no gradient reached it in this backward: look again after the next
+        if grad.is_sparse or grad._base is not None:
+            self._clear_check_due = False
+            self._read_exactly()
+            return
+        if at_step is not None and at_step[0]() is grad:
+            ahead = grad._version - at_step[1]
+            if ahead == 0:
+                return  # no gradient reached it in this backward
+            if ahead == 1:  # added to and not zeroed, or zeroed where the counter does not see it: the hook tells
+                self._clear_check_due = False
+                self._read_exactly()
+                return
+        self._clear_check_due = False
+        self.checked_steps += 1  # cleared: a new tensor, or zeroed in place before backward added to it
+
     # ----- optimizer step hooks: update-to-weight ratio, backward passes per step ----------------------------
     def _before_step(self, optimizer, args, kwargs):
-        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0] is the optimizer itself
+        if not kwargs and len(args) == 1:  # step() as most loops call it: args[0] is the optimizer itself
+            self._read_before_step(optimizer)
+            return None
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if not callable(closure):
             self._read_before_step(optimizer)
             return None
@@ -689,7 +808,8 @@ class Instruments:
         lr = float(group["lr"])  # as a scheduler left it for this step
         if math.isnan(self.lr_built):
             self.lr_built = float(group.get("initial_lr", lr))  # schedulers keep the rate they started from here
-        self.lr_peak = lr if math.isnan(self.lr_peak) else max(self.lr_peak, lr)
+        if not lr <= self.lr_peak:  # also while the peak is NaN: no step read yet
+            self.lr_peak = lr
         self.lr_last = lr
         if self._clip_due:
             # Called after the loop's unscale_ and clip_grad_norm_ (GradScaler.step unscales before it steps).
@@ -700,21 +820,30 @@ class Instruments:
         # The first optimizer step at or after a census: with gradient accumulation the census's own backward
         # pass is seldom the one an optimizer step follows.
         if self._ratio_due:
-            self._weights_before = [p.detach().clone() for _, p in self.named_params]
+            with torch.no_grad():
+                self._weights_before = torch._foreach_mul([p for _, p in self.named_params], 1.0)  # copies
             self._ratio_due = False
 
     def _after_step(self, _optimizer, _args, _kwargs) -> None:
+        if self._clear_check_due and self._watched is not None:
+            self._hook_every_gradient()  # a whole step without the watched parameter's gradient: learn another
         self.optimizer_steps += 1
         self.backwards_per_step.append(self._backwards_since_step)
         self._backwards_since_step = 0
         self._clear_check_due = True
+        if not self._exact and self._watched is not None:
+            grad = self._watched.grad  # what the step followed: the next backward should find it gone or zeroed
+            self._grad_at_step = None if grad is None else (weakref.ref(grad), grad._version)
         if self._weights_before is None:
             return
-        ratios = []
-        for (_, param), before in zip(self.named_params, self._weights_before, strict=True):
-            scale = float(before.norm())
-            ratios.append(float((param.detach() - before).norm()) / scale if scale > 0 else math.nan)
-        self.update_ratios.append(ratios)
+        with torch.no_grad():
+            params = [param for _, param in self.named_params]
+            moves = torch._foreach_norm(torch._foreach_sub(params, self._weights_before))
+            values = _scalars([*moves, *torch._foreach_norm(self._weights_before)])
+        moves, scales = values[: len(params)], values[len(params) :]
+        self.update_ratios.append(
+            [move / scale if scale > 0 else math.nan for move, scale in zip(moves, scales, strict=True)]
+        )
         self._weights_before = None
 
     # ----- validation, logged by the loop --------------------------------------------------------------------
@@ -730,6 +859,10 @@ class Instruments:
         """Remove the hooks and return every measurement, keyed by record column."""
         for hook in self._hooks:
             hook.remove()
+        for param, hook in self._gradient_hooks:
+            _unhook(param, hook)
+        if self._output_hook is not None:
+            self._output_hook.remove()
         return self._measure(final=True)
 
     def _measure(self, final: bool) -> dict:

@@ -102,11 +102,15 @@ def test_update_ratio_reads_every_parameter_when_the_model_has_no_matrix():
     assert instruments.finish()["update_ratio_peak"] == pytest.approx(0.2)  # dL/dw = 2: 1 -> 0.8
 
 
-def run_loop(batches_per_step: int, zero: str, scale: float = 1.0, steps: int = 12, census_every: int = 50):
+def run_loop(
+    batches_per_step: int, zero: str, scale: float = 1.0, steps: int = 12, census_every: int = 50, flat: bool = False
+):
     """A Linear(4, 3) loop of `steps` batches: a step every `batches_per_step`, with .grad cleared as `zero` says.
 
     zero: "each step" (after every optimizer step, set_to_none), "zeros" (zero_grad(set_to_none=False) before the
-    first batch of a step), "never", or "every batch" (before each backward: accumulation broken the other way).
+    first batch of a step), "data" (p.grad.data.zero_() there instead, as old code does: unseen by the version
+    counter), "never", or "every batch" (before each backward: accumulation broken the other way).
+    flat: after the first backward every .grad becomes a view of one flat buffer (as DDP's bucket views are).
     """
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
@@ -116,10 +120,18 @@ def run_loop(batches_per_step: int, zero: str, scale: float = 1.0, steps: int = 
     for i, (x, y) in enumerate(instruments.watch(data)):
         if zero == "zeros" and i % batches_per_step == 0:
             optimizer.zero_grad(set_to_none=False)
+        if zero == "data" and i % batches_per_step == 0 and i:
+            for param in model.parameters():
+                param.grad.data.zero_()
         if zero == "every batch":
             optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         (loss * scale).backward()
+        if flat and i == 0:
+            buffer = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            sizes = [p.numel() for p in model.parameters()]
+            for param, view in zip(model.parameters(), buffer.split(sizes), strict=True):
+                param.grad = view.view_as(param)
         instruments.after_backward(loss)
         if (i + 1) % batches_per_step == 0:
             optimizer.step()
@@ -128,20 +140,44 @@ def run_loop(batches_per_step: int, zero: str, scale: float = 1.0, steps: int = 
     return instruments.finish()
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["grads", "flat-buffer-views"])
 @pytest.mark.parametrize("scale", [1.0, 0.25, 100.0])
-@pytest.mark.parametrize("zero", ["each step", "zeros"])
+@pytest.mark.parametrize("zero", ["each step", "zeros", "data"])
 @pytest.mark.parametrize("batches_per_step", [1, 4])
-def test_gradients_cleared_after_every_optimizer_step_are_carried_over_none(batches_per_step, zero, scale):
-    m = run_loop(batches_per_step, zero, scale)
+def test_gradients_cleared_after_every_optimizer_step_are_carried_over_none(batches_per_step, zero, scale, flat):
+    m = run_loop(batches_per_step, zero, scale, flat=flat)
     assert m["backwards_per_step"] == batches_per_step and m["optimizer_steps"] == 12 // batches_per_step
     assert m["grad_carried_share"] == 0.0
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["grads", "flat-buffer-views"])
 @pytest.mark.parametrize("scale", [1.0, 0.25])
 @pytest.mark.parametrize("batches_per_step", [1, 4])
-def test_gradients_never_cleared_are_carried_over_at_every_step_whatever_the_loss_scale(batches_per_step, scale):
-    m = run_loop(batches_per_step, "never", scale)
-    assert m["grad_carried_share"] == 1.0  # 11 (or 2) steps after the first, each found last step's .grad
+def test_gradients_never_cleared_are_carried_over_at_every_step_whatever_the_loss_scale(batches_per_step, scale, flat):
+    m = run_loop(batches_per_step, "never", scale, steps=24, flat=flat)
+    # Each step after the first found last step's .grad. Read after backward, a gradient only added to since the
+    # step may have been zeroed unseen (the "data" loop): the hook reads it exactly from the next step on.
+    assert m["grad_carried_share"] == 1.0
+
+
+@pytest.mark.parametrize("every", [2, 3])
+def test_gradients_cleared_every_few_steps_are_carried_over_at_the_others(every):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy)
+    for i, (x, y) in enumerate(instruments.watch([(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(31)])):
+        if i % every == 0:
+            optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    # 30 steps after the first were read; the first one only added to (step 1) is read again by the hook. Of the
+    # 29 read, those that zeroed first (i = every, 2 every, ...) found nothing carried.
+    read = list(range(2, 31))
+    cleared = [i for i in read if i % every == 0]
+    assert instruments.finish()["grad_carried_share"] == pytest.approx(1 - len(cleared) / len(read))
 
 
 def test_zeroing_before_every_backward_of_an_accumulation_carries_nothing_over():
@@ -446,3 +482,23 @@ def test_confident_disagreement_counts_the_labels_the_model_contradicts():
     for x, y in instruments.watch([batch] * 4):
         one_step(model, instruments, x, y)
     assert instruments.finish()["confident_disagreement"] == 0.5
+
+
+def test_between_censuses_a_loop_that_clears_its_gradients_runs_without_the_instruments_hooks():
+    # What keeps the doctor cheap on tiny steps: no Python hook in each backward (an emptied hook table still costs
+    # one) and none on the model's output but on the forward of a census step.
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=50)
+    hooked = []
+    for x, y in instruments.watch([(torch.randn(8, 4), torch.randint(0, 3, (8,)))] * 40):
+        hooked.append((bool(model._forward_hooks), [p._backward_hooks is not None for p in model.parameters()]))
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    assert [step for step, (output, _) in enumerate(hooked) if output] == [0, 1, 2, 4, 8, 16, 32]
+    assert hooked[0][1] == [True, True] and all(not any(grads) for _, grads in hooked[1:])
+    assert instruments.finish()["grad_carried_share"] == 0.0 and not model._forward_hooks
