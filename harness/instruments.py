@@ -731,7 +731,7 @@ class Instruments:
 
     def _hook_every_gradient(self) -> None:
         """Hook every trained parameter, to learn which one's gradient arrives first (then only that one's)."""
-        self._watched = None
+        self._watched, self._grad_at_step = None, None
         for param, hook in self._gradient_hooks:
             _unhook(param, hook)
         self._gradient_hooks = [
@@ -825,12 +825,15 @@ class Instruments:
             self._ratio_due = False
 
     def _after_step(self, _optimizer, _args, _kwargs) -> None:
-        if self._clear_check_due and self._watched is not None:
+        relearn = self._clear_check_due and self._watched is not None
+        if relearn:
             self._hook_every_gradient()  # a whole step without the watched parameter's gradient: learn another
         self.optimizer_steps += 1
         self.backwards_per_step.append(self._backwards_since_step)
         self._backwards_since_step = 0
-        self._clear_check_due = True
+        # The hook reads any parameter as it learns it; read after backward, the one learned has no reading of
+        # its own from this step, and is read from the next.
+        self._clear_check_due = self._exact or not relearn
         if not self._exact and self._watched is not None:
             grad = self._watched.grad  # what the step followed: the next backward should find it gone or zeroed
             self._grad_at_step = None if grad is None else (weakref.ref(grad), grad._version)

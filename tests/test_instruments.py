@@ -502,3 +502,32 @@ def test_between_censuses_a_loop_that_clears_its_gradients_runs_without_the_inst
     assert [step for step, (output, _) in enumerate(hooked) if output] == [0, 1, 2, 4, 8, 16, 32]
     assert hooked[0][1] == [True, True] and all(not any(grads) for _, grads in hooked[1:])
     assert instruments.finish()["grad_carried_share"] == 0.0 and not model._forward_hooks
+
+
+class FirstStepBias(nn.Module):
+    """A Linear(4, 3) with a bias of its own added on the first forward only: its gradient stops after step 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.extra, self.forwards = nn.Linear(4, 3), nn.Parameter(torch.zeros(3)), 0
+
+    def forward(self, x):
+        self.forwards += 1
+        return self.linear(x) + self.extra if self.forwards == 1 else self.linear(x)
+
+
+@pytest.mark.parametrize(("zero", "carried"), [("each step", 0.0), ("never", 1.0)])
+def test_a_parameter_whose_gradient_stops_is_replaced_by_one_that_gets_one(zero, carried):
+    torch.manual_seed(0)
+    model = FirstStepBias()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy)
+    for x, y in instruments.watch([(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(24)]):
+        if zero == "each step":
+            optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    m = instruments.finish()
+    assert m["grad_carried_share"] == carried and instruments.checked_steps >= 20
