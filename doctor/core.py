@@ -77,6 +77,11 @@ class UnsupportedTask(CannotJudge, ValueError):
 RECENT_EXAMPLES = 256  # training accuracy is measured on at least this many of the last examples trained on
 
 
+def _batch_size(targets: torch.Tensor) -> int:
+    """Examples in a batch's targets (shape[0]: len() of a tensor costs more, and this runs every step)."""
+    return targets.shape[0] if targets.dim() else 1
+
+
 @contextlib.contextmanager
 def refusing():
     """A batch or output the layout cannot read is a run the doctor cannot judge (exit status 2), said in one line."""
@@ -119,7 +124,6 @@ class Doctor:
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy).
         self.recent: deque = deque()
-        self._recent_sizes: deque = deque()  # examples in each of them
         self.keep_batches, self._recent_examples = keep_batches, 0
         self.n_classes: int | None = None
         self.task: str | None = None
@@ -159,11 +163,12 @@ class Doctor:
                 self.val_start = self._evaluate(self.validation)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
         self.recent.append((inputs, targets))
-        self._recent_sizes.append(targets.shape[0] if targets.dim() else 1)  # shape[0]: len() costs more
-        self._recent_examples += self._recent_sizes[-1]
-        while len(self.recent) > self.keep_batches and self._recent_examples - self._recent_sizes[0] >= RECENT_EXAMPLES:
-            self.recent.popleft()
-            self._recent_examples -= self._recent_sizes.popleft()
+        self._recent_examples += _batch_size(targets)
+        while (
+            len(self.recent) > self.keep_batches
+            and self._recent_examples - _batch_size(self.recent[0][1]) >= RECENT_EXAMPLES
+        ):
+            self._recent_examples -= _batch_size(self.recent.popleft()[1])
 
     def _evaluate(self, batches: Iterable, split: bool = True) -> tuple[float, float]:
         """Loss and score on batches as the loop's (split=True) or on (inputs, targets) pairs already split."""
