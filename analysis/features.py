@@ -159,6 +159,23 @@ def _steps_without_progress(m: Mapping) -> float:
     return peak * min(max(left, 0.0), 1.0)
 
 
+BINARY_LOSSES = ("bce", "bce_logits")  # harness/targets.py: identify_loss's names for binary cross-entropy
+
+
+def _single_label_bce(m: Mapping) -> float:
+    """1 when the loss is binary cross-entropy on one-hot rows of three classes or more, else 0 (NaN: not read).
+
+    With two classes, two sigmoids on one-hot rows are a proper model of one label; with three or more, most
+    of the yes/no targets are no, and nothing makes the outputs choose one class.
+    """
+    kind, task = m.get("loss_kind"), m.get("task")
+    if not isinstance(kind, str) or not isinstance(task, str) or task in ("", "unknown"):
+        return math.nan
+    if kind not in BINARY_LOSSES or task != "onehot":
+        return 0.0
+    return float(_get(m, "ln_classes") > math.log(2.5))  # for one-hot rows ln_classes is ln C (regression: a variance)
+
+
 def _memorize_at_1e3(m: Mapping) -> float:
     rates, losses = m.get("memorize_rates"), m.get("memorize_losses")
     for rate, loss in zip(rates if rates is not None else [], losses if losses is not None else [], strict=False):
@@ -234,6 +251,13 @@ FEATURES_LIST = [
         "the output rows checked: a share, whatever the batch size",
         False,
         lambda m: _get(m, "output_prob_share"),
+    ),
+    Feature(
+        "single_label_bce",
+        "1 when the loss is binary cross-entropy and the targets are one-hot rows of 3 or more classes",
+        "the targets' own coding and the loss's own arithmetic, read on the first batch: any task, any model",
+        False,
+        _single_label_bce,
     ),
     Feature(
         "output_spread",

@@ -15,7 +15,9 @@ feed, model family, steps). The harm is read on what the fault costs:
   a loss handed probabilities, gradients clipped while still scaled by a GradScaler (to max_norm / 65536: Adam,
   which divides any gradient scale out, hides it; SGD barely moves), batches sorted by class (each step trains
   on one class, and the model a run ends with depends on where in the sorted order it stopped). These count
-  as harmful in every cell.
+  as harmful in every cell. bce_on_single_label (binary cross-entropy on one-hot rows) counts as harmful by
+  definition where the problem has three classes or more; with two, two sigmoids on one-hot rows are a proper
+  model of one label, and its harm is read on accuracy like any other fault's.
 A fault cell without a twin in the records counts as harmful.
 
 `label_stopped_early` reads harm the same way along one run: a healthy run cut at a shorter budget whose own
@@ -33,6 +35,7 @@ from analysis.rules import HEALTHY
 
 BY_DEFINITION = {"wrong_mode", "periodic_bad_batch", "double_softmax", "over_clipped", "unshuffled_batches"}
 BY_TIME = {"starved_loader": 1.5}
+BY_DEFINITION_FROM_CLASSES = {"bce_on_single_label": 3}  # harmful by definition with at least this many classes
 
 
 STILL_IMPROVING = "still_improving"
@@ -88,6 +91,9 @@ def harmful(records: pd.DataFrame) -> pd.Series:
     result = pd.Series(True, index=records.index)
     for index, record in records.iterrows():
         if record.diagnosis == HEALTHY or "+" in record.diagnosis or record.diagnosis in BY_DEFINITION:
+            continue
+        classes = BY_DEFINITION_FROM_CLASSES.get(record.diagnosis)
+        if classes is not None and record.ln_classes > math.log(classes - 0.5):  # ln C (fault cells: class targets)
             continue
         twin = twins.get(keys[index])
         if twin is None:

@@ -112,6 +112,16 @@ RULES = [
         " log_softmax)",
     ),
     Rule(
+        verdict="bce_on_single_label",
+        feature="single_label_bce",
+        above=True,
+        evidence="the loss ({loss_kind}) computes binary cross-entropy, a yes/no per output unit, while every target"
+        " row holds one class among {classes:.0f} (threshold {threshold:.2g}): most targets are no, and nothing"
+        " makes the outputs choose one class",
+        next_step="use cross_entropy on the logits (nn.CrossEntropyLoss, class indices or the one-hot rows) for one"
+        " class per example; keep binary cross-entropy (BCEWithLogitsLoss) for multi-label targets",
+    ),
+    Rule(
         verdict="unscaled_inputs",
         feature="input_rms",
         above=True,
@@ -281,6 +291,16 @@ NAIVE_RULES = [
         next_step=_NEXT["no_zero_grad"],
     ),
     Rule(
+        verdict="bce_on_single_label",
+        feature="single_label_bce",
+        above=True,
+        evidence="the loss ({loss_kind}) computes binary cross-entropy, a yes/no per output unit, while every target"
+        " row holds one class among {classes:.0f} (threshold {threshold:.2g}): most targets are no, and nothing"
+        " makes the outputs choose one class",
+        next_step="use cross_entropy on the logits (nn.CrossEntropyLoss, class indices or the one-hot rows) for one"
+        " class per example; keep binary cross-entropy (BCEWithLogitsLoss) for multi-label targets",
+    ),
+    Rule(
         verdict="unscaled_inputs",
         feature="first_loss_ratio",
         above=True,
@@ -386,6 +406,10 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
         fields["loss_left"] = float(final) / float(first)
     except (TypeError, ValueError, ZeroDivisionError):
         fields["loss_left"] = math.nan
+    try:  # ln C for class targets; for regression ln_classes holds the targets' variance, and exp may overflow
+        fields["classes"] = math.exp(float(measurements.get("ln_classes")))
+    except (TypeError, ValueError, OverflowError):
+        fields["classes"] = math.nan
     kind = measurements.get("loss_kind")
     fields["loss_kind"] = kind if isinstance(kind, str) and kind else "unknown"
     steps = measurements.get("loss_spike_steps")

@@ -454,7 +454,8 @@ def probe(
 class Report:
     """What the doctor found: findings in rule order (the first is the verdict) and the bigger-machine check.
 
-    `note` says which rules were not judged, and why (on a run whose loss went NaN or inf).
+    `note` says which rules were not judged, and why (on a run whose loss went NaN or inf). `places`, set when the
+    run came from a recipe file (doctor/recipe.py), gives per verdict the recipe's lines its next step is about.
     """
 
     def __init__(
@@ -465,9 +466,11 @@ class Report:
         measurements: dict,
         feature_values: dict,
         note: str | None = None,
+        places: dict[str, list[str]] | None = None,
     ):
         self.findings, self.checklist, self.steps = findings, checklist, steps
         self.measurements, self.features, self.note = measurements, feature_values, note
+        self.places = places or {}
 
     @property
     def verdict(self) -> str:
@@ -485,6 +488,7 @@ class Report:
                 for f in self.findings
             ],
             "not_judged": self.note,
+            "places": {f.verdict: self.places[f.verdict] for f in self.findings if f.verdict in self.places},
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
             "features": {k: plain(float(v)) for k, v in self.features.items()},
         }
@@ -495,6 +499,7 @@ class Report:
         for i, finding in enumerate(self.findings, 1):
             sure = "" if math.isnan(finding.margin) else f"  [{_margin(finding)}]"
             lines += [f"  {i}. {finding.verdict}: {finding.evidence}{sure}", f"     next: {finding.next_step}"]
+            lines += [f"     where: {place}" for place in self.places.get(finding.verdict, [])]
         if first.verdict != "healthy" and len(self.findings) == 1 and self.note is None:
             lines.append("  (no other rule fired)")
         elif len(self.findings) > 1:

@@ -22,8 +22,13 @@ doctor cannot find (and INPUTS/TARGETS do not say) and targets that fit no outpu
 is a recipe that lacks a required name (RecipeError). An exception raised by the recipe's own code (a
 syntax error, an error in its model, loss or data) is the user's, and passes through with its traceback (exit
 status 3).
+
+The report points each finding at the recipe's lines its next step is about ("where: recipe.py:12: ..."): the
+optimizer's for a rate, the model's for an activation or a layer, the loss's, the batches' for the data, and
+train()'s for the loop's own mistakes (PARTS below).
 """
 
+import ast
 import functools
 import importlib.util
 import sys
@@ -33,6 +38,39 @@ from types import ModuleType
 from doctor.core import CannotJudge, Doctor, Report, probe
 
 REQUIRED = ("model", "batches", "loss", "optimizer")
+
+# Which of the recipe's names each verdict's next step is about: the report points at their lines ("where:").
+# The loop's own mistakes live in train(); a recipe without one has no loop of its own to point at.
+PARTS: dict[str, tuple[str, ...]] = {
+    "starved_loader": ("batches",),
+    "frozen_params": ("model", "optimizer"),  # requires_grad=False in the model, or parameters left out
+    "no_zero_grad": ("train",),
+    "wrong_mode": ("train",),
+    "over_clipped": ("train",),
+    "warmup_never_ends": ("train",),  # the scheduler is built and stepped in the loop
+    "amp_steps_skipped": ("train",),
+    "double_softmax": ("model",),
+    "bce_on_single_label": ("loss",),
+    "unscaled_inputs": ("batches",),
+    "dead_relu": ("model",),
+    "exploding_gradients": ("model",),
+    "vanishing_gradients": ("model",),
+    "saturated_activations": ("model",),
+    "unshuffled_batches": ("batches",),
+    "class_imbalance": ("batches",),
+    "periodic_bad_batch": ("batches",),
+    "lr_too_high": ("optimizer",),
+    "constant_output": ("model",),
+    "unreachable_targets": ("model", "loss"),
+    "lr_too_low": ("optimizer",),
+    "still_improving": ("train", "STEPS"),  # epochs are counted in the loop (or the probe's STEPS)
+    "shuffled_labels": ("batches",),
+    "label_noise": ("batches",),
+    "overfitting": ("batches", "model"),
+    "model_too_small": ("model",),
+    "nonfinite_loss": (),  # where the NaN came from is in its evidence: weights, inputs, outputs or the loss
+    "healthy": (),
+}
 
 
 class RecipeError(CannotJudge):
@@ -62,8 +100,64 @@ def load(path: str | Path) -> ModuleType:
     return module
 
 
+def definitions(path: str | Path) -> dict[str, str]:
+    """Where the recipe file defines each of its top-level names: `buggy.py:31: return Net(head=nn.ReLU())`.
+
+    A function or class whose body (after its docstring) is one statement is shown by that statement, where a
+    change would go; a longer one by its `def` line and its range of lines; an assignment by its own line.
+    """
+    path = Path(path)
+    try:
+        source = path.read_text()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    lines = source.splitlines()
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            body = node.body[1:] if ast.get_docstring(node) is not None and len(node.body) > 1 else node.body
+            found[node.name] = body[0] if len(body) == 1 else node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    found[target.id] = node
+
+    def shown(statement: ast.stmt) -> str:
+        first, last = statement.lineno, statement.end_lineno or statement.lineno
+        span = f"{first}" if last == first else f"{first}-{last}"  # a statement over several lines: its range
+        return f"{path.name}:{span}: {lines[first - 1].strip()}"
+
+    return {name: shown(statement) for name, statement in found.items()}
+
+
+def places(report: Report, path: str | Path, own_loop: bool = True) -> dict[str, list[str]]:
+    """Per finding of `report`, the recipe's lines its next step is about (PARTS), as far as the file defines them.
+
+    `own_loop=False` (the doctor's probe loop ran, not the recipe's train()) points no finding at train().
+    """
+    defined = definitions(path)
+    found = {}
+    for finding in report.findings:
+        names = [n for n in PARTS.get(finding.verdict, ()) if n in defined and (own_loop or n != "train")]
+        if names:
+            found[finding.verdict] = [defined[n] for n in names]
+    return found
+
+
 def run(recipe: ModuleType, force_probe: bool = False, steps: int | None = None) -> Report:
-    """The recipe's own loop under the doctor if it has `train`, else the doctor's probe loop."""
+    """The recipe's own loop under the doctor if it has `train`, else the doctor's probe loop.
+
+    The report points at the recipe's lines each finding is about (`Report.places`).
+    """
+    report = _run(recipe, force_probe, steps)
+    path = getattr(recipe, "__file__", None)
+    if path:
+        report.places = places(report, path, own_loop=hasattr(recipe, "train") and not force_probe)
+    return report
+
+
+def _run(recipe: ModuleType, force_probe: bool, steps: int | None) -> Report:
     validation = getattr(recipe, "validation", None)
     layout = {name.lower(): getattr(recipe, name) for name in ("INPUTS", "TARGETS", "OUTPUT") if hasattr(recipe, name)}
     if hasattr(recipe, "train") and not force_probe:

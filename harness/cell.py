@@ -66,10 +66,14 @@ def encode_targets(labels: torch.Tensor, n_classes: int, encoding: str) -> torch
 
 
 def loss_function(name: str) -> nn.Module:
-    """The grid's loss: cross_entropy (on logits, class indices or probability rows) or mse (on the output)."""
+    """The grid's loss by name: cross_entropy, mse or bce.
+
+    cross_entropy takes logits with class indices or probability rows, mse compares the output with the targets,
+    bce is binary cross-entropy on the logits, a yes/no per output unit (it needs target rows: data.targets=onehot).
+    """
     if name not in LOSS_NAMES:
         raise ValueError(f"unknown loop.loss {name!r}: choose {', '.join(LOSS_NAMES)}")
-    return nn.CrossEntropyLoss() if name == "cross_entropy" else nn.MSELoss()
+    return {"cross_entropy": nn.CrossEntropyLoss, "mse": nn.MSELoss, "bce": nn.BCEWithLogitsLoss}[name]()
 
 
 def budgets(loop_cfg) -> list[int]:

@@ -23,7 +23,7 @@ BATCH_KINDS = ("indexed", "dataloader")
 BATCH_ORDERS = ("shuffled", "fixed", "class_sorted")  # the order examples are fed in (harness/data.py)
 OUTPUTS = ("logits", "softmax", "relu", "sigmoid", "tanh")  # what the model's head hands to the loss (harness/model.py)
 TARGET_ENCODINGS = ("index", "onehot", "pm_one")  # how the loop hands the class labels to the loss (harness/cell.py)
-LOSS_NAMES = ("cross_entropy", "mse")  # the grid's loss functions (harness/cell.py)
+LOSS_NAMES = ("cross_entropy", "mse", "bce")  # the grid's loss functions (harness/cell.py); bce: on target rows
 WEIGHT_INITS = ("default", "glorot_uniform")  # how the Linear layers' weights start (harness/model.py)
 
 

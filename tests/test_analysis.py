@@ -91,6 +91,7 @@ PLANTED = {
     "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
     "warmup_never_ends": {"lr_peak_share": 0.01},
     "double_softmax": {"output_prob_share": 1.0},
+    "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},
     "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
     "dead_relu": {"dead_unit_share_init": 1.0},
     "exploding_gradients": {"activation_growth_init": 150.0, "first_loss": 280.0},

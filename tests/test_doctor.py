@@ -1,6 +1,7 @@
 """The doctor on a model family the grid does not use (a small CNN on digits' 8x8 images), on the CPU."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -275,6 +276,43 @@ def test_the_command_line_runs_an_example_end_to_end(tmp_path):
     assert document["verdict"] == "no_zero_grad" and document["findings"][0]["margin"] > 0.4  # a share over ~0.48
     # Read from hooks; the fresh gradient the grid compares .grad with is not recomputed (it costs a pass per census).
     assert document["features"]["grad_carried_share"] == 1.0 and document["features"]["accumulation_ratio"] is None
+    # The loop's own mistake points at the recipe's loop: train(), a function of many lines, by its range.
+    (where,) = document["places"]["no_zero_grad"]
+    assert re.fullmatch(r"cnn_no_zero_grad\.py:\d+-\d+: def train\(Doctor\):", where), where
+    assert f"     where: {where}" in result.stdout
+
+
+def test_each_verdict_points_at_the_recipe_lines_its_next_step_is_about(tmp_path):
+    from analysis.rules import RULES, Finding
+    from doctor.core import Report
+    from doctor.recipe import PARTS, places
+
+    assert {rule.verdict for rule in RULES} <= set(PARTS)
+    recipe = tmp_path / "recipe.py"
+    recipe.write_text(
+        "from torch import nn\n"
+        "loss = nn.BCEWithLogitsLoss()\n"
+        "def model():\n"
+        '    """The model."""\n'
+        "    return nn.Sequential(\n"
+        "        nn.Linear(4, 3),\n"
+        "    )\n"
+        "def optimizer(params):\n"
+        "    return None\n"
+        "def batches():\n"
+        "    x = 1\n"
+        "    return x\n"
+    )
+    verdicts = ("bce_on_single_label", "unreachable_targets", "lr_too_low", "unscaled_inputs")
+    findings = [Finding(v, "", "", 1.0) for v in verdicts]
+    findings.append(Finding("no_zero_grad", "", "", 1.0))  # the loop's: this recipe has no train()
+    found = places(Report(findings, [], 1, {}, {}), recipe)
+    assert found == {
+        "bce_on_single_label": ["recipe.py:2: loss = nn.BCEWithLogitsLoss()"],
+        "unreachable_targets": ["recipe.py:5-7: return nn.Sequential(", "recipe.py:2: loss = nn.BCEWithLogitsLoss()"],
+        "lr_too_low": ["recipe.py:9: return None"],
+        "unscaled_inputs": ["recipe.py:10-12: def batches():"],  # a body of two statements: the whole function
+    }
 
 
 def test_the_command_line_refuses_a_broken_recipe(tmp_path):

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from analysis.features import features
+from analysis.rules import diagnose
 from doctor.core import probe
 
 N = 512
@@ -67,12 +68,55 @@ def test_a_healthy_run_of_each_task_is_called_healthy(task, head, loss, outputs)
         ("binary", [nn.Softmax(dim=-1)], nn.BCELoss(), 1, "constant_output"),  # a softmax over one unit is always 1
         ("regression", [nn.Sigmoid()], nn.MSELoss(), 1, "unreachable_targets"),
         ("multilabel", [], nn.CrossEntropyLoss(), 3, "unreachable_targets"),  # the loss's softmax: rows sum to 1
+        ("onehot", [], nn.BCEWithLogitsLoss(), 3, "bce_on_single_label"),  # a yes/no per class for one of 3
+        ("onehot", [nn.Sigmoid()], nn.BCELoss(), 3, "bce_on_single_label"),  # Keras: sigmoid + binary_crossentropy
     ],
-    ids=["softmax-over-one-unit", "sigmoid-on-regression", "softmax-cross-entropy-on-multilabel"],
+    ids=[
+        "softmax-over-one-unit",
+        "sigmoid-on-regression",
+        "softmax-cross-entropy-on-multilabel",
+        "bce-logits-on-one-hot",
+        "sigmoid-bce-on-one-hot",
+    ],
 )
 def test_an_output_that_cannot_fit_the_targets_is_named(task, head, loss, outputs, verdict):
     report = run(task, head, loss, outputs)
     assert verdict in [f.verdict for f in report.findings], str(report)
+
+
+@pytest.mark.parametrize(
+    ("loss_kind", "task", "ln_classes", "value"),
+    [
+        ("bce_logits", "onehot", math.log(3), 1.0),
+        ("bce", "onehot", math.log(69), 1.0),
+        ("bce_logits", "onehot", math.log(2), 0.0),  # two sigmoids on two-class rows: a proper model of one label
+        ("bce_logits", "multilabel", math.log(2), 0.0),  # what binary cross-entropy is for
+        ("cross_entropy", "onehot", math.log(10), 0.0),
+        ("bce_logits", "unknown", math.log(3), math.nan),
+        ("mse", "regression", 1e4, 0.0),  # ln_classes holds a regression's target variance: here a huge one
+    ],
+)
+def test_single_label_bce_reads_the_loss_against_the_targets_coding(loss_kind, task, ln_classes, value):
+    measurements = {"loss_kind": loss_kind, "task": task, "ln_classes": ln_classes}
+    measured = features(measurements)["single_label_bce"]
+    assert measured == value or (math.isnan(value) and math.isnan(measured))
+    assert diagnose(measurements, thresholds={"bce_on_single_label": 0.5})  # the evidence fields do not overflow
+
+
+def test_binary_cross_entropy_on_two_class_one_hot_rows_is_called_healthy():
+    x, _ = data("onehot")
+    y = nn.functional.one_hot((x @ torch.tensor([1.5, -1.0, 0.5, 0.0]) > 0).long(), 2).float()
+    order = torch.randperm(N, generator=torch.Generator().manual_seed(1))
+    report = probe(
+        lambda: nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2)),
+        lambda: [(x[order[i : i + 32]], y[order[i : i + 32]]) for i in range(0, N, 32)],
+        nn.BCEWithLogitsLoss(),
+        lambda p: torch.optim.Adam(p, lr=1e-2),
+        steps=400,
+        validation=[(x, y)],
+    )
+    assert report.measurements["task"] == "onehot" and report.measurements["loss_kind"] == "bce_logits"
+    assert report.verdict == "healthy", str(report)
 
 
 @pytest.mark.parametrize(
