@@ -168,6 +168,7 @@ def run_cells(
     except KeyboardInterrupt:
         # Leaving the `with` above has stopped the workers; the records they finished are on disk.
         sweep.counts["interrupted"] = 1
+        _clear_after_interrupt(sweep.folders)
     except Refused as refused:
         for line in refused.args:
             print(f"error: {line}", file=out)
@@ -321,6 +322,21 @@ def _names(files: dict[str, str] | list[str], shown: int = 3) -> str:
     whys = files if isinstance(files, dict) else dict.fromkeys(files)
     listed = ", ".join(name + (f" ({why})" if why else "") for name, why in list(whys.items())[:shown])
     return f"{len(whys)} file{'s' if len(whys) != 1 else ''}: {listed}{', ...' if len(whys) > shown else ''}"
+
+
+def _clear_after_interrupt(folders: list[str], wait_s: float = 2.0) -> None:
+    """After Ctrl-C: delete what the stopped workers left, waiting up to `wait_s` for the killed ones to be gone.
+
+    A worker killed in the middle of writing a record never runs its cleanup, so its temporary file stays (readers
+    skip it, and the next sweep would delete it); it is removed once its process no longer exists.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        _clear_temporaries(folders)
+        left = [p for folder in folders if Path(folder).is_dir() for p in Path(folder).glob(".*.parquet.*.tmp")]
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _clear_temporaries(folders: list[str]) -> None:

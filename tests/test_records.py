@@ -2,6 +2,10 @@
 
 import math
 import os
+import subprocess
+import sys
+import threading
+import time
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -96,3 +100,20 @@ def test_status_of_a_missing_or_unreadable_record_is_none(records):
     assert record_status(records, "nothing") is None
     (records / "broken.parquet").write_bytes(b"not parquet")
     assert record_status(records, "broken") is None
+
+
+def test_after_ctrl_c_a_worker_killed_while_writing_leaves_no_temporary(records):
+    """A killed writer's temporary goes once its process is gone; the sweep waits a moment for that, no longer."""
+    from harness.sweep import _clear_after_interrupt
+
+    records.mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed = records / f".cell.parquet.{writer.pid}.tmp"  # the worker's half-written record
+    killed.write_bytes(b"x")
+    alive = records / f".other.parquet.{os.getpid()}.tmp"  # a writer still running: kept
+    alive.write_bytes(b"x")
+    threading.Timer(0.3, lambda: (writer.kill(), writer.wait())).start()  # killed after the sweep began waiting
+    started = time.monotonic()
+    _clear_after_interrupt([str(records)], wait_s=1.0)
+    assert not killed.exists() and alive.exists()
+    assert time.monotonic() - started >= 1.0  # the live writer's file kept it waiting to the end, and no longer
