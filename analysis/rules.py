@@ -291,16 +291,6 @@ NAIVE_RULES = [
         next_step=_NEXT["no_zero_grad"],
     ),
     Rule(
-        verdict="bce_on_single_label",
-        feature="single_label_bce",
-        above=True,
-        evidence="the loss ({loss_kind}) computes binary cross-entropy, a yes/no per output unit, while every target"
-        " row holds one class among {classes:.0f} (threshold {threshold:.2g}): most targets are no, and nothing"
-        " makes the outputs choose one class",
-        next_step="use cross_entropy on the logits (nn.CrossEntropyLoss, class indices or the one-hot rows) for one"
-        " class per example; keep binary cross-entropy (BCEWithLogitsLoss) for multi-label targets",
-    ),
-    Rule(
         verdict="unscaled_inputs",
         feature="first_loss_ratio",
         above=True,
