@@ -466,11 +466,10 @@ class Report:
         measurements: dict,
         feature_values: dict,
         note: str | None = None,
-        places: dict[str, list[str]] | None = None,
     ):
         self.findings, self.checklist, self.steps = findings, checklist, steps
         self.measurements, self.features, self.note = measurements, feature_values, note
-        self.places = places or {}
+        self.places: dict[str, list[str]] = {}  # verdict -> recipe lines, filled by doctor.recipe.run
 
     @property
     def verdict(self) -> str:
