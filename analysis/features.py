@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from harness.records import CHECKPOINT_COLUMNS
+from harness.targets import BINARY_LOSSES
 
 
 def _get(m: Mapping, key: str) -> float:
@@ -157,9 +158,6 @@ def _steps_without_progress(m: Mapping) -> float:
         return math.nan
     left = final / first if math.isfinite(final) and math.isfinite(first) and first > 0 else 1.0
     return peak * min(max(left, 0.0), 1.0)
-
-
-BINARY_LOSSES = ("bce", "bce_logits")  # harness/targets.py: identify_loss's names for binary cross-entropy
 
 
 def _single_label_bce(m: Mapping) -> float:

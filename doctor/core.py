@@ -487,7 +487,7 @@ class Report:
                 for f in self.findings
             ],
             "not_judged": self.note,
-            "places": {f.verdict: self.places[f.verdict] for f in self.findings if f.verdict in self.places},
+            "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
             "features": {k: plain(float(v)) for k, v in self.features.items()},
         }

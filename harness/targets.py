@@ -33,6 +33,7 @@ CLASS_TASKS = ("multiclass", "onehot", "binary")  # one class per example: class
 LOSSES = ("cross_entropy", "nll", "bce_logits", "bce", "mse", "l1", "other")
 REGRESSION_LOSSES = ("mse", "l1")
 SOFTMAX_LOSSES = ("cross_entropy",)  # losses that apply a softmax of their own to the output
+BINARY_LOSSES = ("bce_logits", "bce")  # binary cross-entropy, on logits or on probabilities
 
 
 class TaskError(ValueError):
