@@ -251,6 +251,13 @@ FEATURES_LIST = [
         lambda m: _get(m, "output_prob_share"),
     ),
     Feature(
+        "logit_reach_span",
+        "how far apart the values a softmax loss is handed can get, with the inputs and output layer scaled up",
+        "the softmax's own arithmetic: values at most d apart leave any class at most e^d / (e^d + C - 1)",
+        True,
+        lambda m: _get(m, "logit_reach_span"),
+    ),
+    Feature(
         "single_label_bce",
         "1 when the loss is binary cross-entropy and the targets are one-hot rows of 3 or more classes",
         "the targets' own coding and the loss's own arithmetic, read on the first batch: any task, any model",

@@ -10,12 +10,13 @@ feed, model family, steps). The harm is read on what the fault costs:
 - accuracy: validation accuracy below the twin's by more than max(0.01, two binomial standard errors of the
   twin's accuracy on that many validation examples);
 - time (starved_loader): the training loop at least 1.5 times as long as the twin's;
-- by definition (wrong_mode, periodic_bad_batch, double_softmax, over_clipped, unshuffled_batches): the loop is
-  wrong whatever the accuracy says: validation read with dropout on, a tenth of the batches with random labels,
-  a loss handed probabilities, gradients clipped while still scaled by a GradScaler (to max_norm / 65536: Adam,
-  which divides any gradient scale out, hides it; SGD barely moves), batches sorted by class (each step trains
-  on one class, and the model a run ends with depends on where in the sorted order it stopped). These count
-  as harmful in every cell. bce_on_single_label (binary cross-entropy on one-hot rows) counts as harmful by
+- by definition (wrong_mode, periodic_bad_batch, double_softmax, squashed_logits, over_clipped,
+  unshuffled_batches): the loop is wrong whatever the accuracy says: validation read with dropout on, a tenth of
+  the batches with random labels, a loss handed probabilities, a softmax loss handed values a sigmoid keeps within
+  1 of each other (no class ever gets more than e / (e + C - 1) of the probability), gradients clipped while
+  still scaled by a GradScaler (to max_norm / 65536: Adam, which divides any gradient scale out, hides it; SGD
+  barely moves), batches sorted by class (each step trains on one class, and the model a run ends with depends
+  on where in the sorted order it stopped). These count as harmful in every cell. bce_on_single_label (binary cross-entropy on one-hot rows) counts as harmful by
   definition where the problem has three classes or more; with two, two sigmoids on one-hot rows are a proper
   model of one label, and its harm is read on accuracy like any other fault's.
 A fault cell without a twin in the records counts as harmful.
@@ -33,7 +34,14 @@ from omegaconf import OmegaConf
 
 from analysis.rules import HEALTHY
 
-BY_DEFINITION = {"wrong_mode", "periodic_bad_batch", "double_softmax", "over_clipped", "unshuffled_batches"}
+BY_DEFINITION = {
+    "wrong_mode",
+    "periodic_bad_batch",
+    "double_softmax",
+    "squashed_logits",
+    "over_clipped",
+    "unshuffled_batches",
+}
 BY_TIME = {"starved_loader": 1.5}
 BY_DEFINITION_FROM_CLASSES = {"bce_on_single_label": 3}  # harmful by definition with at least this many classes
 

@@ -112,6 +112,17 @@ RULES = [
         " log_softmax)",
     ),
     Rule(
+        verdict="squashed_logits",
+        feature="logit_reach_span",
+        above=False,
+        evidence="the outputs handed to a loss that applies its own softmax ({loss_kind}) never got more than"
+        " {value:.3g} apart, even with the inputs and the output layer scaled up 1000x (threshold {threshold:.3g}):"
+        " an activation after the last layer bounds them (the model's last module: {output_layer}), so no class"
+        " can get much of the probability",
+        next_step="remove the activation after the last layer (a sigmoid or tanh): cross_entropy takes raw logits;"
+        " for yes/no per class, use BCEWithLogitsLoss on those logits instead",
+    ),
+    Rule(
         verdict="bce_on_single_label",
         feature="single_label_bce",
         above=True,

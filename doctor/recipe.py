@@ -50,6 +50,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "warmup_never_ends": ("train",),  # the scheduler is built and stepped in the loop
     "amp_steps_skipped": ("train",),
     "double_softmax": ("model",),
+    "squashed_logits": ("model",),
     "bce_on_single_label": ("loss",),
     "unscaled_inputs": ("batches",),
     "dead_relu": ("model",),

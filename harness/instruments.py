@@ -72,6 +72,7 @@ def _median(values: Iterable[float]) -> float:
     return median(finite) if finite else math.nan
 
 
+SHAPED_TASKS = ("onehot", "binary", "multilabel", "regression")  # targets shaped like the output, not class indices
 PROBE_EXAMPLES = 16  # the probe batch: the first batch, grown from the next ones when it is smaller (the grid's
 # smallest batch is 16, so its cells are probed on their first batch)
 SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
@@ -574,7 +575,7 @@ class Instruments:
 
     def _output_checks(self) -> dict:
         """What the output can do now, on the probe batch: how much it varies, and which targets it can reach."""
-        checks = {"output_spread": math.nan, "target_reach_gap": math.nan}
+        checks = {"output_spread": math.nan, "target_reach_gap": math.nan, "logit_reach_span": math.nan}
         if self.probe is None:
             return checks
         probe = self._on_model_device(self.probe)
@@ -589,9 +590,18 @@ class Instruments:
                     out = None
             if out is not None:
                 checks["output_spread"] = output_spread(out)
-            # Class indices are not output values: the reach means something only for targets shaped like the output.
-            if out is not None and self.task in ("onehot", "binary", "multilabel", "regression"):
+            reach = None
+            if out is not None and (self.task in SHAPED_TASKS or self.loss_kind in SOFTMAX_LOSSES):
                 reach = output_reach(self.model, probe, forward=self.layout.forward)
+            finite = torch.is_tensor(out) and bool(torch.isfinite(out).all())
+            if reach is not None and self.loss_kind in SOFTMAX_LOSSES and not reach[2] and finite:
+                # How far apart the values a softmax loss exponentiates can get: a linear output layer reaches any
+                # logits, a sigmoid or tanh on it at most 1 or 2 apart, so no class can ever get much probability.
+                # (Rows that always sum to 1 are a softmax applied already: output_prob_share reads those. A model
+                # whose own outputs are not finite, its weights gone to inf or NaN, has no reach to read.)
+                checks["logit_reach_span"] = reach[1] - reach[0]
+            # Class indices are not output values: the reach means something only for targets shaped like the output.
+            if reach is not None and self.task in SHAPED_TASKS:
                 # What the loss compares with the targets is its own activation of the output, where it applies one:
                 # cross_entropy's softmax (rows that sum to 1), binary_cross_entropy_with_logits' sigmoid.
                 if self.loss_kind in SOFTMAX_LOSSES:

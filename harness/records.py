@@ -24,12 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 10  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 11  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
 # learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps;
-# 10: the batches' label mix
+# 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -141,6 +141,12 @@ _COLUMNS = [
     ),
     ("target_reach_gap", _f64, "share of the probe batch's targets the output cannot produce (NaN for class indices)"),
     (
+        "logit_reach_span",
+        _f64,
+        "for a loss that applies its own softmax: how far apart the outputs can get (max - min), with the inputs"
+        " and the output layer scaled up to 1000x; NaN for other losses and for rows that always sum to 1",
+    ),
+    (
         "confident_disagreement",
         _f64,
         "median over the later half of the census steps: share of the batch predicted with p > 0.9 for another"
@@ -225,6 +231,7 @@ CHECKPOINT_COLUMNS = [
     "output_prob_share",
     "output_spread",
     "target_reach_gap",
+    "logit_reach_span",
     "confident_disagreement",
     "confident_disagreement_peak",
     "train_in_eval_share",

@@ -126,43 +126,54 @@ class Scorer:
         return 1.0 - self.sse / total if total > 0 else math.nan
 
 
+def _keras_bce(probabilities: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    clipped = probabilities.clamp(1e-7, 1 - 1e-7)  # Keras clips probabilities before the log
+    return -(targets * clipped.log() + (1 - targets) * (1 - clipped).log()).mean()
+
+
 def identify_loss(loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> str:
     """What `loss_fn` computes on this batch, named from LOSSES by comparing its value with each candidate's.
 
     Candidates are tried on the output as it is; "other" when none matches (label smoothing, a weighted or
-    regularized loss, a loss of several terms) or the loss cannot be called on the output.
+    regularized loss, a loss of several terms) or the loss cannot be called on the output. A match is tried again
+    on the output with each value shrunk by its own factor in [0.5, 1): a fresh model's outputs are often nearly
+    the same for every class, and there any loss of a uniform guess gives about ln C (cross-entropy on logits and
+    Keras's categorical cross-entropy on sigmoid outputs alike); a loss that is the candidate matches it anywhere.
     """
     with torch.no_grad():
+        # Shrinking keeps every value's sign and [0, 1] range, so each candidate still applies to the second output;
+        # it is rounded to the output's own dtype first, so both sides see the same values.
+        shrink = 0.5 + 0.5 * torch.frac(torch.arange(outputs.numel(), device=outputs.device) * 0.6180339887)
+        second = (outputs.float() * shrink.reshape(outputs.shape)).to(outputs.dtype)
         try:
-            value = float(loss_fn(outputs, targets))
+            values = [float(loss_fn(outputs, targets)), float(loss_fn(second, targets))]
         except Exception:  # noqa: BLE001 - a loss we cannot call on its own output is simply not named
             return "other"
-        if not math.isfinite(value):
+        if not all(math.isfinite(v) for v in values):
             return "other"
         out, y = outputs.float(), targets
         candidates = {}
         if not y.is_floating_point() and y.dim() == 1 and out.dim() == 2:
             # NLL first: on log-probabilities cross_entropy gives the same value (log_softmax is idempotent there).
-            candidates["nll"] = lambda: F.nll_loss(out, y)
-            candidates["cross_entropy"] = lambda: F.cross_entropy(out, y)
+            candidates["nll"] = lambda o: F.nll_loss(o, y)
+            candidates["cross_entropy"] = lambda o: F.cross_entropy(o, y)
         elif y.numel() == out.numel():
             yf = y.float().reshape(out.shape)
             if out.dim() == 2 and out.shape[1] > 1 and bool((yf >= 0).all()):
-                candidates["cross_entropy"] = lambda: F.cross_entropy(out, yf)
-            candidates["mse"] = lambda: F.mse_loss(out, yf)
-            candidates["l1"] = lambda: F.l1_loss(out, yf)
+                candidates["cross_entropy"] = lambda o: F.cross_entropy(o, yf)
+            candidates["mse"] = lambda o: F.mse_loss(o, yf)
+            candidates["l1"] = lambda o: F.l1_loss(o, yf)
             if bool(((yf >= 0) & (yf <= 1)).all()):
-                candidates["bce_logits"] = lambda: F.binary_cross_entropy_with_logits(out, yf)
+                candidates["bce_logits"] = lambda o: F.binary_cross_entropy_with_logits(o, yf)
                 if bool(((out >= 0) & (out <= 1)).all()):
-                    clipped = out.clamp(1e-7, 1 - 1e-7)  # Keras clips probabilities before the log
-                    candidates["bce"] = lambda: -(yf * clipped.log() + (1 - yf) * (1 - clipped).log()).mean()
-                    candidates["bce_torch"] = lambda: F.binary_cross_entropy(out, yf)
+                    candidates["bce"] = lambda o: _keras_bce(o, yf)
+                    candidates["bce_torch"] = lambda o: F.binary_cross_entropy(o, yf)
         for name, candidate in candidates.items():
             try:
-                expected = float(candidate())
+                expected = [float(candidate(out)), float(candidate(second.float()))]
             except (RuntimeError, ValueError):
                 continue
-            if math.isclose(value, expected, rel_tol=1e-3, abs_tol=1e-6):
+            if all(math.isclose(v, e, rel_tol=1e-3, abs_tol=1e-6) for v, e in zip(values, expected, strict=True)):
                 return "bce" if name == "bce_torch" else name
     return "other"
 

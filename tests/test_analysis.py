@@ -61,6 +61,7 @@ def record(**measurements) -> pd.Series:
         "grad_kept_at_step": 1.0,
         "lr_peak_share": 1.0,
         "batch_label_mix": 1.0,
+        "logit_reach_span": 3.4e4,  # a linear output layer, its weights scaled 1000x
         "lr_built": 1e-3,
         "activation_growth_init": 0.45,
         "grad_depth_ratio_init": 0.9,
@@ -91,6 +92,7 @@ PLANTED = {
     "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
     "warmup_never_ends": {"lr_peak_share": 0.01},
     "double_softmax": {"output_prob_share": 1.0},
+    "squashed_logits": {"logit_reach_span": 1.0},  # a sigmoid after the last layer
     "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},
     "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
     "dead_relu": {"dead_unit_share_init": 1.0},

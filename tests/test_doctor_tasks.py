@@ -2,7 +2,7 @@
 
 Each task has a healthy recipe that must be called healthy and the output bug real programs have: a softmax over
 one unit (the same output for every input), a sigmoid in front of regression targets it cannot reach, a softmax
-cross-entropy on multi-label rows.
+cross-entropy on multi-label rows, a sigmoid or tanh in front of cross-entropy.
 """
 
 import math
@@ -29,6 +29,8 @@ def data(task: str):
         return x, (score > 0).float().unsqueeze(1)
     if task == "onehot":
         return x, nn.functional.one_hot((score > 0).long() + (score > 1).long(), 3).float()
+    if task == "multiclass":
+        return x, (score > 0).long() + (score > 1).long()  # 3 classes, as indices
     return x, torch.stack([score > 0, x[:, 1] > 0, x[:, 2] + x[:, 0] > 0], dim=1).float()  # multilabel
 
 
@@ -70,6 +72,8 @@ def test_a_healthy_run_of_each_task_is_called_healthy(task, head, loss, outputs)
         ("multilabel", [], nn.CrossEntropyLoss(), 3, "unreachable_targets"),  # the loss's softmax: rows sum to 1
         ("onehot", [], nn.BCEWithLogitsLoss(), 3, "bce_on_single_label"),  # a yes/no per class for one of 3
         ("onehot", [nn.Sigmoid()], nn.BCELoss(), 3, "bce_on_single_label"),  # Keras: sigmoid + binary_crossentropy
+        ("multiclass", [nn.Sigmoid()], nn.CrossEntropyLoss(), 3, "squashed_logits"),  # logits kept 1 apart
+        ("onehot", [nn.Tanh()], nn.CrossEntropyLoss(), 3, "squashed_logits"),  # 2 apart, on probability rows
     ],
     ids=[
         "softmax-over-one-unit",
@@ -77,6 +81,8 @@ def test_a_healthy_run_of_each_task_is_called_healthy(task, head, loss, outputs)
         "softmax-cross-entropy-on-multilabel",
         "bce-logits-on-one-hot",
         "sigmoid-bce-on-one-hot",
+        "sigmoid-before-cross-entropy",
+        "tanh-before-cross-entropy-on-one-hot",
     ],
 )
 def test_an_output_that_cannot_fit_the_targets_is_named(task, head, loss, outputs, verdict):
@@ -101,6 +107,36 @@ def test_single_label_bce_reads_the_loss_against_the_targets_coding(loss_kind, t
     measured = features(measurements)["single_label_bce"]
     assert measured == value or (math.isnan(value) and math.isnan(measured))
     assert diagnose(measurements, thresholds={"bce_on_single_label": 0.5})  # the evidence fields do not overflow
+
+
+class SigmoidInForward(nn.Module):
+    """The sigmoid written in forward, not as a module: only the values can show it."""
+
+    def __init__(self, squash: bool):
+        super().__init__()
+        self.hidden, self.head, self.squash = nn.Linear(4, 32), nn.Linear(32, 3), squash
+
+    def forward(self, x):
+        logits = self.head(torch.relu(self.hidden(x)))
+        return torch.sigmoid(logits) if self.squash else logits
+
+
+@pytest.mark.parametrize("squash", [False, True], ids=["logits", "torch.sigmoid-in-forward"])
+def test_a_sigmoid_in_forward_before_cross_entropy_is_read_from_the_outputs_reach(squash):
+    x, y = data("multiclass")
+    report = probe(
+        lambda: SigmoidInForward(squash),
+        lambda: [(x[i : i + 32], y[i : i + 32]) for i in range(0, N, 32)],
+        nn.CrossEntropyLoss(),
+        lambda p: torch.optim.Adam(p, lr=1e-2),
+        steps=400,
+        validation=[(x, y)],
+    )
+    span = report.measurements["logit_reach_span"]
+    if squash:
+        assert span <= 1.0 and report.verdict == "squashed_logits", str(report)
+    else:
+        assert span > 100 and report.verdict == "healthy", str(report)
 
 
 def test_binary_cross_entropy_on_two_class_one_hot_rows_is_called_healthy():
@@ -135,3 +171,23 @@ def test_late_drop_share_reads_how_much_of_the_fall_came_last(curve, share):
         assert math.isnan(value)
     else:
         assert share[0] <= value <= share[1]
+
+
+def test_a_model_whose_outputs_are_not_finite_has_no_logit_reach_to_read():
+    x, y = data("multiclass")
+
+    def model():
+        net = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 3))
+        nn.init.constant_(net[2].bias, math.inf)  # weights gone to inf: every output inf or NaN
+        return net
+
+    report = probe(
+        model,
+        lambda: [(x[i : i + 32], y[i : i + 32]) for i in range(0, N, 32)],
+        nn.CrossEntropyLoss(),
+        lambda p: torch.optim.Adam(p, lr=1e-2),
+        steps=20,
+        validation=[(x, y)],
+    )
+    assert math.isnan(report.measurements["logit_reach_span"])  # not -inf, which would read as squashed
+    assert "squashed_logits" not in [f.verdict for f in report.findings]

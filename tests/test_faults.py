@@ -230,6 +230,13 @@ def test_saturated_activations_start_near_their_bounds(dataset):
 def test_double_softmax_hands_probabilities_to_the_loss(dataset):
     assert short_run("healthy", dataset)["output_prob_share"] == 0
     assert short_run("double_softmax", dataset)["output_prob_share"] == 1
+    assert math.isnan(short_run("double_softmax", dataset)["logit_reach_span"])  # rows summing to 1: not this check
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_squashed_logits_keep_the_softmax_losss_inputs_within_1_of_each_other(dataset):
+    assert short_run("healthy", dataset)["logit_reach_span"] > 1000  # a linear head, its weights scaled 1000x
+    assert short_run("squashed_logits", dataset)["logit_reach_span"] <= 1.0  # a sigmoid: (0, 1) at most
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

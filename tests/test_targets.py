@@ -95,6 +95,15 @@ def test_scorer_accuracy_per_task_and_r2_for_regression():
         (kerasport.binary_crossentropy, torch.rand(B, 1), torch.ones(B, 1), "bce"),
         (nn.CrossEntropyLoss(label_smoothing=0.2), torch.randn(B, 3), torch.arange(B) % 3, "other"),
         (lambda out, y: 2 * nn.functional.mse_loss(out, y), torch.randn(B, 1), torch.randn(B, 1), "other"),
+        # A fresh model's nearly equal outputs: every loss of a uniform guess gives about ln 3 there.
+        (nn.CrossEntropyLoss(), 0.01 * torch.randn(B, 3), torch.arange(B) % 3, "cross_entropy"),
+        (
+            kerasport.categorical_crossentropy,  # renormalizes the sigmoids: no softmax of logits
+            torch.sigmoid(0.01 * torch.randn(B, 3)),
+            nn.functional.one_hot(torch.arange(B) % 3, 3).float(),
+            "other",
+        ),
+        (nn.CrossEntropyLoss(), torch.randn(B, 3).bfloat16(), torch.arange(B) % 3, "cross_entropy"),  # autocast
     ],
     ids=[
         "ce",
@@ -107,6 +116,9 @@ def test_scorer_accuracy_per_task_and_r2_for_regression():
         "keras-bce",
         "smoothed-ce",
         "scaled-mse",
+        "ce-near-uniform",
+        "keras-cce-on-near-uniform-sigmoids",
+        "ce-bfloat16",
     ],
 )
 def test_identify_loss_names_the_loss_by_its_value(loss_fn, outputs, targets, kind):

@@ -55,6 +55,7 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     # targets: either the last layer or the loss is what to change.
     "unreachable_targets": ("act", "loss"),
     "double_softmax": ("act",),  # a softmax layer in front of a loss that applies its own
+    "squashed_logits": ("act",),  # a sigmoid or tanh on the outputs a softmax loss takes as logits
     "bce_on_single_label": ("loss",),  # binary cross-entropy where one class per example needs cross-entropy
     "unscaled_inputs": ("missing_prep",),
     "dead_relu": ("act", "init"),
