@@ -160,6 +160,17 @@ def _steps_without_progress(m: Mapping) -> float:
     return peak * min(max(left, 0.0), 1.0)
 
 
+def _output_prob_share(m: Mapping) -> float:
+    """The share of output rows that were probabilities, or 0 where the reach probe found rows that do not sum to 1.
+
+    A softmax's rows sum to 1 for any input; two sigmoids' rows do only by chance, as saturated ones often do (one
+    near 1, the other near 0). The reach probe (inputs and output layer scaled up 1000x) measures
+    `logit_reach_span` only where some row did not sum to 1: then there is no softmax at the end of the model.
+    """
+    share = _get(m, "output_prob_share")
+    return 0.0 if share > 0 and not math.isnan(_get(m, "logit_reach_span")) else share
+
+
 def _single_label_bce(m: Mapping) -> float:
     """1 when the loss is binary cross-entropy on one-hot rows of three classes or more, else 0 (NaN: not read).
 
@@ -245,10 +256,11 @@ FEATURES_LIST = [
     ),
     Feature(
         "output_prob_share",
-        "share of output rows handed to the loss that are already probabilities",
+        "share of output rows handed to the loss that are already probabilities (0 where the reach probe finds"
+        " rows that do not sum to 1)",
         "the output rows checked: a share, whatever the batch size",
         False,
-        lambda m: _get(m, "output_prob_share"),
+        _output_prob_share,
     ),
     Feature(
         "logit_reach_span",

@@ -13,6 +13,7 @@ import pytest
 from conftest import FAULTS, ROOT, SHORT, make_config
 from joblib import Parallel, delayed
 
+from analysis.features import features
 from analysis.fit import NothingToFit, fit_stump, fit_thresholds
 from analysis.harm import harmful
 from analysis.load import NoRecords, load_records
@@ -91,7 +92,7 @@ PLANTED = {
     "wrong_mode": {"eval_in_train_share": 1.0},
     "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
     "warmup_never_ends": {"lr_peak_share": 0.01},
-    "double_softmax": {"output_prob_share": 1.0},
+    "double_softmax": {"output_prob_share": 1.0, "logit_reach_span": math.nan},  # rows that always sum to 1
     "squashed_logits": {"logit_reach_span": 1.0},  # a sigmoid after the last layer
     "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},
     "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
@@ -366,3 +367,17 @@ def test_no_command_crashes_on_a_folder_of_failed_cells_or_a_single_problem(shor
         assert code in (0, 2), err
         if code == 2:  # nothing this command can score: one line saying why
             assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("share", "span", "value"),
+    [
+        (1.0, math.nan, 1.0),  # a softmax: rows sum to 1 under the reach probe too, so no span is measured
+        (0.6, 1.0, 0.0),  # two saturated sigmoids: many rows sum to 1 by chance, the probe finds rows that do not
+        (0.0, 3.4e4, 0.0),  # a linear head
+        (math.nan, math.nan, math.nan),  # not measured
+    ],
+)
+def test_output_prob_share_counts_only_outputs_the_reach_probe_finds_always_sum_to_1(share, span, value):
+    measured = features({"output_prob_share": share, "logit_reach_span": span})["output_prob_share"]
+    assert measured == value or (math.isnan(value) and math.isnan(measured))
