@@ -74,11 +74,3 @@ def per_fault(table: pd.DataFrame) -> pd.DataFrame:
             hits = (judged[method] == judged.diagnosis).groupby(judged.diagnosis)
             columns[f"{family} {method}"] = hits.sum().astype(str) + "/" + hits.size().astype(str)
     return pd.DataFrame(columns).fillna("").rename_axis("planted")
-
-
-def accuracy_lines(summary: pd.DataFrame) -> list[str]:
-    """`accuracy <dataset> <method> <c>/<n> <role> family=<family> steps=<N>`."""
-    return [
-        f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {r.role} family={r.family} steps={r.steps}"
-        for r in summary.itertuples()
-    ]

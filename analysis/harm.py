@@ -16,9 +16,10 @@ feed, model family, steps). The harm is read on what the fault costs:
   1 of each other (no class ever gets more than e / (e + C - 1) of the probability), gradients clipped while
   still scaled by a GradScaler (to max_norm / 65536: Adam, which divides any gradient scale out, hides it; SGD
   barely moves), batches sorted by class (each step trains on one class, and the model a run ends with depends
-  on where in the sorted order it stopped). These count as harmful in every cell. bce_on_single_label (binary cross-entropy on one-hot rows) counts as harmful by
-  definition where the problem has three classes or more; with two, two sigmoids on one-hot rows are a proper
-  model of one label, and its harm is read on accuracy like any other fault's.
+  on where in the sorted order it stopped). These count as harmful in every cell. bce_on_single_label (binary
+  cross-entropy on one-hot rows) counts as harmful by definition where the problem has three classes or more;
+  with two, two sigmoids on one-hot rows are a proper model of one label, and its harm is read on accuracy like
+  any other fault's.
 A fault cell without a twin in the records counts as harmful.
 
 `label_stopped_early` reads harm the same way along one run: a healthy run cut at a shorter budget whose own

@@ -9,7 +9,7 @@ named that were not planted. A fault masks another when, planted together, the o
 import pandas as pd
 
 from analysis.rules import load_thresholds, verdicts
-from analysis.score import budgets, role
+from analysis.score import accuracy_line, budgets, role
 
 OUTCOMES = ("both", "one", "neither")
 
@@ -83,6 +83,6 @@ def per_fault(table: pd.DataFrame) -> pd.DataFrame:
 def accuracy_lines(counts: pd.DataFrame) -> list[str]:
     """`accuracy <dataset> rules-both-named <c>/<n> <role> family=<f> steps=<N> faults=2`."""
     return [
-        f"accuracy {r.dataset} rules-both-named {r.both}/{r.cells} {r.role} family={r.family} steps={r.steps} faults=2"
+        accuracy_line(r.dataset, "rules-both-named", r.both, r.cells, r.role, r.family, r.steps, "faults=2")
         for r in counts.itertuples()
     ]

@@ -283,7 +283,7 @@ def families_section(folder: Path, out: Path, records: pd.DataFrame | None = Non
         text += ["Misses of the unchanged rules, by planted fault and verdict:", ""]
         counted = misses.groupby(["family", "diagnosis", "rules"]).size().rename("cells").reset_index()
         text += [_markdown(counted.set_index("family")), ""]
-    return text, families.accuracy_lines(summary)
+    return text, accuracy_lines(summary)
 
 
 def slice_notes(scores: dict) -> list[str]:

@@ -39,11 +39,18 @@ def _joined(values: pd.Series) -> str:
     return ",".join(str(v) for v in sorted(values.unique()))
 
 
+CLASSIFIERS = {
+    "tree": lambda: DecisionTreeClassifier(max_depth=4, random_state=0),
+    "forest": lambda: RandomForestClassifier(n_estimators=200, random_state=0),
+}
+
+
 def classifier(method: str):
     """The unfitted scikit-learn classifier of a method: a depth-4 tree or a 200-tree forest."""
-    if method == "tree":
-        return DecisionTreeClassifier(max_depth=4, random_state=0)
-    return RandomForestClassifier(n_estimators=200, random_state=0)
+    make = CLASSIFIERS.get(method)
+    if make is None:
+        raise ValueError(f"unknown classifier {method!r}: the choices are {', '.join(CLASSIFIERS)}")
+    return make()
 
 
 def predict(
@@ -123,11 +130,19 @@ def score(records: pd.DataFrame) -> dict:
     }
 
 
+def accuracy_line(dataset, method, correct, total, role, family, steps, *more: str) -> str:
+    """The line for scripts every score prints: `accuracy <dataset> <method> <c>/<n> <role> family=<f> steps=<N>`.
+
+    `more` are further `key=value` words (the zoo's severity, the pairs' fault count), appended in order.
+    """
+    words = [f"accuracy {dataset} {method} {correct}/{total} {role} family={family} steps={steps}", *more]
+    return " ".join(words)
+
+
 def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
-    """`accuracy <dataset> <method> <correct>/<total> <role> family=<f> steps=<N>`, per dataset and method."""
+    """One `accuracy_line` per row of a table with dataset, method, correct, total, role, family and steps."""
     return [
-        f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {r.role} family={r.family} steps={r.steps}"
-        for r in accuracy.itertuples()
+        accuracy_line(r.dataset, r.method, r.correct, r.total, r.role, r.family, r.steps) for r in accuracy.itertuples()
     ]
 
 

@@ -17,7 +17,7 @@ from analysis.features import at_budget, budgets_of, feature_table
 from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines, scored
 from analysis.harm import harmful
 from analysis.rules import HEALTHY, verdicts
-from analysis.score import classifier, matrix
+from analysis.score import accuracy_line, classifier, matrix
 
 METHODS = ("rules", "forest")
 ROLE = "leave-one-problem-out"
@@ -93,10 +93,8 @@ def lines(table: pd.DataFrame) -> list[str]:
     for (dataset, steps), group in healthy.groupby(["dataset", "steps"]):
         out.append(f"false-alarms {dataset} {int((group.rules != HEALTHY).sum())}/{len(group)} steps={steps}")
     for r in summary(table).itertuples():
-        out.append(
-            f"accuracy {r.dataset} {r.method} {r.correct}/{r.total} {ROLE} family={r.family} steps={r.steps}"
-            f" severity={r.severity}"
-        )
+        severity = f"severity={r.severity}"
+        out.append(accuracy_line(r.dataset, r.method, r.correct, r.total, ROLE, r.family, r.steps, severity))
     return out
 
 

@@ -20,13 +20,14 @@ from functools import partial
 import numpy as np
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
 from harness.data import RelativeStall, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments, memorize
+from harness.model import build_model
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
 from harness.reference import EMPTY as NO_REFERENCE
 from harness.reference import reference_fit
@@ -97,9 +98,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     encoding = cfg.data.targets
     x_val, y_val = data.x_val.to(device), encode_targets(data.y_val, data.n_classes, encoding).to(device)
     x_train, y_train = data.x_train.to(device), encode_targets(data.y_train, data.n_classes, encoding).to(device)
-    spec = OmegaConf.to_container(cfg.model, resolve=True)
-    spec.pop("name")
-    make_model = partial(instantiate, spec, n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
+    make_model = partial(build_model, cfg.model, n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
 
     torch.manual_seed(cfg.seed)
     model = make_model().to(device)

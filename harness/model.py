@@ -9,7 +9,7 @@ same thing in every family.
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -185,3 +185,16 @@ class GRUClassifier(nn.Module):
     def forward(self, x):
         _, last = self.encoder(x.unsqueeze(-1))  # last: (layers, N, size); the top layer's state after step T
         return self.head(self.norm(last[-1]))
+
+
+def build_model(spec: Mapping, n_inputs: int, n_classes: int) -> nn.Module:
+    """The model a `model` config describes (a conf/model/ option: its `_target_` class and knobs), for this task.
+
+    `spec` is the composed `cfg.model` or a plain dict of it; its `name` (the option's own name) is no argument.
+    """
+    from hydra.utils import instantiate  # only here: the doctor imports this module and never composes a config
+    from omegaconf import DictConfig, OmegaConf
+
+    values = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec)
+    values.pop("name", None)
+    return instantiate(values, n_inputs=n_inputs, n_classes=n_classes)

@@ -1,5 +1,7 @@
 """Shared test helpers: compose configs with Hydra's compose API, short runs, and the real entry point."""
 
+import copy
+import functools
 import os
 import subprocess
 import sys
@@ -21,7 +23,12 @@ SHORT = ["loop.steps=40", "loop.eval_every=20", "loop.census_every=10", "memoriz
 
 
 def make_config(*overrides: str):
-    """The composed config, exactly as a sweep cell gets it (without the hydra node)."""
+    """The composed config, exactly as a sweep cell gets it (without the hydra node): a copy the test may change."""
+    return copy.deepcopy(_composed(overrides))
+
+
+@functools.cache  # a composition costs about 0.12 s and the tests ask for the same ones again; conf/ never changes
+def _composed(overrides: tuple[str, ...]):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import FAULTS, ROOT, SHORT, make_config
+from hand_records import PLANTED, THRESHOLDS, record
 from joblib import Parallel, delayed
 
 from analysis.features import features
@@ -20,99 +21,9 @@ from analysis.load import NoRecords, load_records
 from analysis.report import build
 from analysis.rules import HEALTHY, RULES, diagnose, load_thresholds, verdicts
 from harness.cell import run_cell
-from harness.records import SCHEMA_VERSION, empty_record, write_record
+from harness.records import SCHEMA_VERSION, write_record
 
-THRESHOLDS = load_thresholds()
 REPORTED = ("digits", "synthetic")  # the report's grid: the tuned dataset and a held-out one
-
-
-def record(**measurements) -> pd.Series:
-    """A hand-made record that looks healthy, with some measurements changed."""
-    values = {
-        "cell_id": "hand",
-        "diagnosis": HEALTHY,
-        "dataset": "digits",
-        "seed": 0,
-        "status": "ok",
-        "steps": 600,
-        "first_loss": 2.3,
-        "ln_classes": math.log(10),
-        "n_classes": 10,
-        "data_wait_s": 0.05,
-        "loop_s": 1.0,
-        "data_wait_share": 0.05,
-        "params_without_grad_share": 0.0,
-        "accumulation_ratio": 1.0,
-        "grad_carried_share": 0.0,
-        "backwards_per_step": 1.0,
-        "dead_unit_share_init": 0.0,
-        "dead_unit_share": 0.01,
-        "update_ratio_median": 1e-3,
-        "update_ratio_peak": 1.5e-2,
-        "final_val_acc": 0.97,
-        "final_train_acc": 1.0,
-        "final_val_loss": 0.13,
-        "final_train_loss": 0.01,
-        "input_rms": 0.9,
-        "label_imbalance": 1.05,
-        "majority_share": 0.1,
-        "output_prob_share": 0.0,
-        "train_in_eval_share": 0.0,
-        "eval_in_train_share": 0.0,
-        "grad_kept_at_step": 1.0,
-        "lr_peak_share": 1.0,
-        "batch_label_mix": 1.0,
-        "logit_reach_span": 3.4e4,  # a linear output layer, its weights scaled 1000x
-        "lr_built": 1e-3,
-        "activation_growth_init": 0.45,
-        "grad_depth_ratio_init": 0.9,
-        "saturated_share_init": math.nan,
-        "periodic_spikes": 0,
-        "confident_disagreement": 0.0,
-        "baseline_val_acc": 0.1,
-        "reference_val_acc": 0.97,
-        "reference_train_acc": 0.99,
-        "reference_linear_val_acc": 0.96,
-        "reference_examples": 1024,
-        "reference_val_examples": 450,
-        "reference_loo_acc": 0.97,
-        "reference_knn_val_acc": 0.97,
-        "prior_shift": 1.1,
-        "memorize_best_loss": 0.001,
-        "memorize_rates": [1e-4, 1e-3, 1e-2],
-        "memorize_losses": [0.5, 0.001, 0.0],
-    }
-    return pd.Series({**empty_record(), **values, **measurements})
-
-
-PLANTED = {
-    "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
-    "frozen_params": {"params_without_grad_share": 0.92},
-    "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},
-    "wrong_mode": {"eval_in_train_share": 1.0},
-    "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
-    "warmup_never_ends": {"lr_peak_share": 0.01},
-    "double_softmax": {"output_prob_share": 1.0, "logit_reach_span": math.nan},  # rows that always sum to 1
-    "squashed_logits": {"logit_reach_span": 1.0},  # a sigmoid after the last layer
-    "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},
-    "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
-    "dead_relu": {"dead_unit_share_init": 1.0},
-    "exploding_gradients": {"activation_growth_init": 150.0, "first_loss": 280.0},
-    "vanishing_gradients": {"grad_depth_ratio_init": 1e-5},
-    "saturated_activations": {"saturated_share_init": 0.6},
-    "unshuffled_batches": {"batch_label_mix": 0.05},
-    "class_imbalance": {"prior_shift": 20.0, "label_imbalance": 25.0},
-    "periodic_bad_batch": {"periodic_spikes": 18, "loss_spike_period": 30.0, "loss_spike_steps": [59, 89, 119]},
-    "lr_too_low": {"update_ratio_peak": 2e-5},
-    "constant_output": {"output_spread": 0.0},
-    "unreachable_targets": {"target_reach_gap": 0.5, "task": "regression"},
-    "lr_too_high": {"update_ratio_peak": 1.5, "final_train_loss": 2.3},  # large steps, and the loss did not fall
-    "still_improving": {"train_loss_curve": [2.3] * 150 + [2.3 - 0.04 * t for t in range(50)]},
-    "shuffled_labels": {"final_val_acc": 0.1, "final_train_acc": 0.45, "reference_val_acc": 0.11},
-    "label_noise": {"reference_loo_acc": 0.7, "reference_knn_val_acc": 0.95, "final_train_acc": 0.75},
-    "overfitting": {"final_val_acc": 0.55, "final_val_loss": 2.4, "final_train_loss": 0.001},
-    "model_too_small": {"final_train_acc": 0.5, "final_val_acc": 0.48},
-}
 
 
 def test_every_rule_has_a_hand_made_fault():
@@ -258,11 +169,12 @@ def short_grid(tmp_path_factory):
     """One short cell per fault and dataset, written as a sweep writes them."""
     folder = tmp_path_factory.mktemp("grid")
     configs = [make_config(*SHORT, f"fault={fault}", f"dataset={d}") for d in REPORTED for fault in FAULTS]
-    for record in Parallel(n_jobs=2)(delayed(run_cell)(cfg) for cfg in configs):  # the cells set their own threads
-        write_record(record, folder)
+    for written in Parallel(n_jobs=2)(delayed(run_cell)(cfg) for cfg in configs):  # the cells set their own threads
+        write_record(written, folder)
     return folder
 
 
+@pytest.mark.slow
 def test_report_builds_and_its_accuracy_lines_match_its_tables(short_grid, tmp_path):
     records = load_records(short_grid)
     text, lines = build(records, tmp_path, early=False)
@@ -312,6 +224,7 @@ def analysis_main(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_a_report_on_a_slice_says_which_rules_kept_their_committed_thresholds(short_grid, tmp_path, capsys):
     folder = slice_of(short_grid, tmp_path / "slice", ["healthy", "lr_too_high"], seeds=(0, 1, 2))
     code, out, err = analysis_main(capsys, "report", folder, "--out", tmp_path / "report", "--zoo", folder)
@@ -328,6 +241,7 @@ def test_a_report_on_a_slice_says_which_rules_kept_their_committed_thresholds(sh
     assert "No zoo scores from " in report and "leave-one-problem-out needs ok records of at least two" in report
 
 
+@pytest.mark.slow
 def test_a_report_on_one_seed_or_without_digits_leaves_out_what_it_cannot_score(short_grid, tmp_path, capsys):
     one_seed = slice_of(short_grid, tmp_path / "one", ["healthy", "no_zero_grad"])
     code, out, err = analysis_main(capsys, "report", one_seed, "--out", tmp_path / "r1")
@@ -344,6 +258,7 @@ def test_a_report_on_one_seed_or_without_digits_leaves_out_what_it_cannot_score(
     assert not [line for line in out.splitlines() if line.startswith("accuracy digits rules-refit")]
 
 
+@pytest.mark.slow
 def test_fit_on_a_slice_fits_what_it_can_and_names_the_rest(short_grid, tmp_path, capsys):
     import json
 
@@ -357,6 +272,7 @@ def test_fit_on_a_slice_fits_what_it_can_and_names_the_rest(short_grid, tmp_path
     assert fitted["starved_loader"] == pytest.approx(load_thresholds(40)["starved_loader"], rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["report", "zoo", "fit", "early", "families", "pairs"])
 def test_no_command_crashes_on_a_folder_of_failed_cells_or_a_single_problem(short_grid, tmp_path, capsys, command):
     failed = slice_of(short_grid, tmp_path / "failed", ["healthy", "lr_too_high"], status="failed")
@@ -381,3 +297,12 @@ def test_no_command_crashes_on_a_folder_of_failed_cells_or_a_single_problem(shor
 def test_output_prob_share_counts_only_outputs_the_reach_probe_finds_always_sum_to_1(share, span, value):
     measured = features({"output_prob_share": share, "logit_reach_span": span})["output_prob_share"]
     assert measured == value or (math.isnan(value) and math.isnan(measured))
+
+
+def test_an_unknown_classifier_is_refused_with_the_choices():
+    from analysis.score import CLASSIFIERS, classifier
+
+    assert set(CLASSIFIERS) == {"tree", "forest"}
+    assert type(classifier("tree")).__name__ == "DecisionTreeClassifier"
+    with pytest.raises(ValueError, match=r"unknown classifier 'forrest': the choices are tree, forest"):
+        classifier("forrest")

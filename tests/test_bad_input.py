@@ -170,6 +170,7 @@ def test_a_dataset_that_cannot_be_split_is_one_line_and_its_cell_fails(case):
     assert record["status"] == "failed" and expected.split(":")[-1].strip()[:20] in record["error"]
 
 
+@pytest.mark.slow
 def test_a_single_class_dataset_in_a_sweep_exits_2_with_one_line_before_any_cell(tmp_path, records):
     write(tmp_path, "dataset", "one", "name: one\nloader: {_target_: sklearn.datasets.make_blobs, centers: 1}\n")
     result = run_entry("--config-dir", str(tmp_path), "+sweep=smoke", "dataset=digits,one", f"run.records={records}")

@@ -88,6 +88,7 @@ def test_every_fault_file_sets_only_keys_the_recipe_has_each_in_its_range(fault)
     assert knob_problems(planted) == []
 
 
+@pytest.mark.slow
 def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, records):
     (tmp_path / "fault").mkdir()
     (tmp_path / "dataset").mkdir()
@@ -122,6 +123,7 @@ def test_a_new_fault_and_a_new_dataset_from_outside_the_repository(tmp_path, rec
     assert "_target_: torch.optim.SGD" in row.config_yaml
 
 
+@pytest.mark.slow
 def test_a_glob_over_faults_checks_every_file_it_finds(tmp_path):
     from harness.cli import check_command_line
 

@@ -23,6 +23,7 @@ def test_a_cpu_cell_of_the_study_times_its_steps():
     assert record["peak_memory_bytes"] > 10 * 2**20 and record["threads"] == torch.get_num_threads()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_without_cuda_the_study_runs_its_cpu_cells_and_says_no_gpu_figures_exist(records):
     result = run_entry(*TINY, f"run.records={records}")

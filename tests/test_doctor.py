@@ -160,6 +160,7 @@ LOOPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", LOOPS)
 def test_the_doctor_judges_loops_of_every_standard_shape(loop, monkeypatch):
     knobs, verdict = LOOPS[loop]
@@ -183,6 +184,7 @@ def test_a_grad_scaler_the_doctor_was_not_given_is_named_not_misread(monkeypatch
         wrapped_run("scaler not given", steps=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS)
 def test_the_doctor_names_each_planted_fault_on_a_cnn(fault):
     report = wrapped_run(fault)
@@ -193,6 +195,7 @@ def test_the_doctor_names_each_planted_fault_on_a_cnn(fault):
         assert report.checklist[-1].detail.startswith("no: ")
 
 
+@pytest.mark.slow
 def test_wrapped_loop_and_probe_agree_on_the_same_run():
     knobs = FAULTS["lr_too_high"]
     make = cnn_factory()
@@ -217,6 +220,7 @@ class Indexed(Dataset):
         return TRAIN[index]
 
 
+@pytest.mark.slow
 def test_a_dataloader_with_workers_and_a_batchnorm_cnn_work():
     report = probe(
         lambda: SmallCNN(batchnorm=True),
@@ -260,6 +264,7 @@ def test_unsupported_tasks_are_refused_clearly():
         )
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_an_example_end_to_end(tmp_path):
     out = tmp_path / "report.json"
     result = subprocess.run(
@@ -346,6 +351,7 @@ def test_three_lines_without_validation_or_factory_still_report():
     assert report is doctor.report()  # asked twice, measured once
 
 
+@pytest.mark.slow
 def test_the_doctor_reads_features_not_the_grid_and_never_loads_the_cells_training_code():
     # One contract for the grid and the doctor: the doctor hands the rules a features mapping, so it needs
     # neither the cell's training code nor a fake grid record (a one-row DataFrame).

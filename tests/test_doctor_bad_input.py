@@ -448,6 +448,7 @@ def test_a_syntax_error_in_the_recipe_exits_3_with_its_file_line_and_caret(tmp_p
     ]
 
 
+@pytest.mark.slow
 def test_an_attribute_error_in_forward_exits_3_as_a_real_process(tmp_path):
     # Before: a one-line refusal with exit status 2, as if the recipe lacked model().
     path = write(tmp_path, "typo", one_layer("return self.lyr(x)"))

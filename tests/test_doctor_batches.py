@@ -133,6 +133,7 @@ def run(shape: str, fault: str, steps: int = STEPS, pushed: bool = False):
     return doctor.report()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("fault", ["healthy", "no_zero_grad", "lr_too_high"])
 def test_each_batch_shape_gets_the_verdict_of_a_pair(shape, fault):
@@ -146,6 +147,7 @@ def test_each_batch_shape_gets_the_verdict_of_a_pair(shape, fault):
         assert 0.9 < m["batch_label_mix"] < 1.1 and m["label_imbalance"] < 1.2
 
 
+@pytest.mark.slow
 def test_batches_handed_over_one_by_one_are_measured_as_batches_iterated():
     watched, pushed = run("(x, y) pair", "no_zero_grad"), run("(x, y) pair", "no_zero_grad", pushed=True)
     assert pushed.verdict == watched.verdict == "no_zero_grad"

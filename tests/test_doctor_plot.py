@@ -148,6 +148,7 @@ def test_missing_series_say_not_measured(spiky, tmp_path):
     assert plot_report(bare, tmp_path / "bare.png").read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_the_figure_and_keeps_its_status(tmp_path, capsys):
     recipe = ROOT / "examples" / "healthy_cnn.py"
     out = tmp_path / "out.png"

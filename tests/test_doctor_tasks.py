@@ -47,6 +47,7 @@ def run(task: str, head: list[nn.Module], loss: nn.Module, outputs: int, steps: 
     return probe(model, batches, loss, lambda p: torch.optim.Adam(p, lr=1e-2), steps=steps, validation=[(x, y)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "head", "loss", "outputs"),
     [
@@ -64,6 +65,7 @@ def test_a_healthy_run_of_each_task_is_called_healthy(task, head, loss, outputs)
     assert report.measurements["final_val_acc"] > 0.9  # accuracy, or R² for regression
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "head", "loss", "outputs", "verdict"),
     [
@@ -121,6 +123,7 @@ class SigmoidInForward(nn.Module):
         return torch.sigmoid(logits) if self.squash else logits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("squash", [False, True], ids=["logits", "torch.sigmoid-in-forward"])
 def test_a_sigmoid_in_forward_before_cross_entropy_is_read_from_the_outputs_reach(squash):
     x, y = data("multiclass")
@@ -139,6 +142,7 @@ def test_a_sigmoid_in_forward_before_cross_entropy_is_read_from_the_outputs_reac
         assert span > 100 and report.verdict == "healthy", str(report)
 
 
+@pytest.mark.slow
 def test_binary_cross_entropy_on_two_class_one_hot_rows_is_called_healthy():
     x, _ = data("onehot")
     y = nn.functional.one_hot((x @ torch.tensor([1.5, -1.0, 0.5, 0.0]) > 0).long(), 2).float()
@@ -173,6 +177,7 @@ def test_late_drop_share_reads_how_much_of_the_fall_came_last(curve, share):
         assert share[0] <= value <= share[1]
 
 
+@pytest.mark.slow
 def test_a_model_whose_outputs_are_not_finite_has_no_logit_reach_to_read():
     x, y = data("multiclass")
 

@@ -50,6 +50,7 @@ def test_a_local_dask_cluster_writes_the_same_records_as_loky_cell_for_cell(tmp_
     assert not differ, f"measurements differ between engines: {differ}"
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_sweep_loses_no_finished_cell_and_the_rerun_completes(tmp_path):
     records = tmp_path / "records"
     grid = ["+sweep=smoke", "seed=range(4)", "loop.steps=300", f"run.records={records}", "hydra.sweeper.backend=dask"]

@@ -12,6 +12,7 @@ from conftest import DATASETS, FAULTS, SHORT, make_config
 
 from harness.cell import run_cell
 from harness.data import load_splits, training_batches
+from harness.model import build_model
 from harness.records import SCHEMA
 
 _runs: dict[tuple[str, str], dict] = {}
@@ -24,6 +25,7 @@ def short_run(fault: str, dataset: str) -> dict:
     return _runs[fault, dataset]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASETS)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_every_fault_gives_an_ok_record_with_every_measurement(fault, dataset):
@@ -164,14 +166,8 @@ def test_model_too_small_has_a_narrow_hidden_layer(dataset):
 
 
 def _shapes(fault, dataset):
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
     cfg = make_config(f"fault={fault}", f"dataset={dataset}")
-    spec = OmegaConf.to_container(cfg.model)
-    spec.pop("name")
-    model = instantiate(spec, n_inputs=8, n_classes=10)
-    return [p.shape for p in model.parameters()]
+    return [p.shape for p in build_model(cfg.model, n_inputs=8, n_classes=10).parameters()]
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

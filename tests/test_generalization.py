@@ -48,6 +48,7 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_a_healthy_run_on_a_problem_of_few_classes_is_healthy(problem, optimizer):

@@ -374,7 +374,7 @@ def test_dead_units_counts_channels_and_leaves_batchnorm_alone():
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
     before = model[1].running_mean.clone()
     share, layers = dead_units(model, torch.randn(5, 1, 6, 6))
-    assert len(layers) == 1 and 0.0 <= share <= 1.0
+    assert (share, layers) == (0.0, [0.0])  # each channel normalized over the batch: some of it is always positive
     assert torch.equal(model[1].running_mean, before) and model.training
 
 

@@ -276,6 +276,7 @@ def hf_train(hf, tmp_path, lr=1e-3, steps=300, **training_args):
     return doctor
 
 
+@pytest.mark.slow
 def test_hugging_face_healthy_training_is_called_healthy_and_logged(hf, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="doctor"):
         doctor = hf_train(hf, tmp_path)
@@ -294,6 +295,7 @@ def test_hugging_face_healthy_training_is_called_healthy_and_logged(hf, tmp_path
     assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
 
 
+@pytest.mark.slow
 def test_hugging_face_training_with_a_rate_far_too_high_is_named(hf, tmp_path):
     doctor = hf_train(hf, tmp_path, lr=0.5)
     assert doctor.report.verdict == "lr_too_high", str(doctor.report)

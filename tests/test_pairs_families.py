@@ -2,11 +2,12 @@
 
 import pandas as pd
 from conftest import SHORT, make_config
-from test_analysis import PLANTED, THRESHOLDS, record
+from hand_records import PLANTED, THRESHOLDS, record
 
 from analysis import families, pairs
 from analysis.load import load_records
 from analysis.report import families_section, pairs_section
+from analysis.score import accuracy_lines
 from harness.cell import run_cell
 from harness.records import write_record
 
@@ -68,7 +69,7 @@ def test_families_are_scored_with_the_mlp_thresholds_and_refitted_leaving_one_se
         ["cnn", "rules", 9, 9, "held-out"],
         ["cnn", "rules-refit", 9, 9, "refit-loso"],
     ]
-    assert families.accuracy_lines(summary)[0] == "accuracy digits rules 9/9 held-out family=cnn steps=600"
+    assert accuracy_lines(summary)[0] == "accuracy digits rules 9/9 held-out family=cnn steps=600"
     assert families.per_fault(table).loc["no_zero_grad", "cnn rules"] == "3/3"
 
 

@@ -187,6 +187,7 @@ def test_a_cell_another_sweep_finished_after_the_parent_looked_is_not_run_again(
             assert not second  # a lock is one holder's, even within one process
 
 
+@pytest.mark.slow
 def test_two_sweeps_into_one_folder_run_every_cell_once(records):
     # One job each: the cells run in each sweep's own process, in the grid's order, so the two meet at every
     # cell; cells of about a second, so that they run side by side even when one sweep starts late.
@@ -210,6 +211,7 @@ def test_two_sweeps_into_one_folder_run_every_cell_once(records):
     assert not list(records.glob(".*.lock"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_sweep_with_its_summary_and_exit_130(records):
     grid = ["+sweep=smoke", f"run.records={records}", "seed=range(2)", "loop.steps=400"]  # 8 cells of about 0.5 s
     process = subprocess.Popen(

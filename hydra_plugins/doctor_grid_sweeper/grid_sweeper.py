@@ -232,11 +232,11 @@ def _file_of(result, config_path: str) -> str | None:
 
 def _model_builds(values: dict) -> bool:
     """Whether the model of a flat recipe can be built (on 64 inputs and 10 classes: any family takes them)."""
-    from hydra.utils import instantiate
+    from harness.model import build_model
 
-    spec = {k.removeprefix("model."): v for k, v in values.items() if k.startswith("model.") and k != "model.name"}
+    spec = {k.removeprefix("model."): v for k, v in values.items() if k.startswith("model.")}
     try:
-        instantiate(spec, n_inputs=64, n_classes=10)
+        build_model(spec, n_inputs=64, n_classes=10)
     except Exception:  # noqa: BLE001 - whatever the constructor refuses
         return False
     return True

@@ -1,0 +1,102 @@
+"""Hand-made records shared by the tests: one that looks healthy, and for each rule the change that plants its fault.
+
+The analysis tests judge these with the committed thresholds (`THRESHOLDS`); the pairs tests combine two faults.
+"""
+
+import math
+
+import pandas as pd
+
+from analysis.rules import HEALTHY, load_thresholds
+from harness.records import empty_record
+
+THRESHOLDS = load_thresholds()
+
+
+def record(**measurements) -> pd.Series:
+    """A hand-made record that looks healthy, with some measurements changed."""
+    values = {
+        "cell_id": "hand",
+        "diagnosis": HEALTHY,
+        "dataset": "digits",
+        "seed": 0,
+        "status": "ok",
+        "steps": 600,
+        "first_loss": 2.3,
+        "ln_classes": math.log(10),
+        "n_classes": 10,
+        "data_wait_s": 0.05,
+        "loop_s": 1.0,
+        "data_wait_share": 0.05,
+        "params_without_grad_share": 0.0,
+        "accumulation_ratio": 1.0,
+        "grad_carried_share": 0.0,
+        "backwards_per_step": 1.0,
+        "dead_unit_share_init": 0.0,
+        "dead_unit_share": 0.01,
+        "update_ratio_median": 1e-3,
+        "update_ratio_peak": 1.5e-2,
+        "final_val_acc": 0.97,
+        "final_train_acc": 1.0,
+        "final_val_loss": 0.13,
+        "final_train_loss": 0.01,
+        "input_rms": 0.9,
+        "label_imbalance": 1.05,
+        "majority_share": 0.1,
+        "output_prob_share": 0.0,
+        "train_in_eval_share": 0.0,
+        "eval_in_train_share": 0.0,
+        "grad_kept_at_step": 1.0,
+        "lr_peak_share": 1.0,
+        "batch_label_mix": 1.0,
+        "logit_reach_span": 3.4e4,  # a linear output layer, its weights scaled 1000x
+        "lr_built": 1e-3,
+        "activation_growth_init": 0.45,
+        "grad_depth_ratio_init": 0.9,
+        "saturated_share_init": math.nan,
+        "periodic_spikes": 0,
+        "confident_disagreement": 0.0,
+        "baseline_val_acc": 0.1,
+        "reference_val_acc": 0.97,
+        "reference_train_acc": 0.99,
+        "reference_linear_val_acc": 0.96,
+        "reference_examples": 1024,
+        "reference_val_examples": 450,
+        "reference_loo_acc": 0.97,
+        "reference_knn_val_acc": 0.97,
+        "prior_shift": 1.1,
+        "memorize_best_loss": 0.001,
+        "memorize_rates": [1e-4, 1e-3, 1e-2],
+        "memorize_losses": [0.5, 0.001, 0.0],
+    }
+    return pd.Series({**empty_record(), **values, **measurements})
+
+
+PLANTED = {
+    "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
+    "frozen_params": {"params_without_grad_share": 0.92},
+    "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},
+    "wrong_mode": {"eval_in_train_share": 1.0},
+    "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
+    "warmup_never_ends": {"lr_peak_share": 0.01},
+    "double_softmax": {"output_prob_share": 1.0, "logit_reach_span": math.nan},  # rows that always sum to 1
+    "squashed_logits": {"logit_reach_span": 1.0},  # a sigmoid after the last layer
+    "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},
+    "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
+    "dead_relu": {"dead_unit_share_init": 1.0},
+    "exploding_gradients": {"activation_growth_init": 150.0, "first_loss": 280.0},
+    "vanishing_gradients": {"grad_depth_ratio_init": 1e-5},
+    "saturated_activations": {"saturated_share_init": 0.6},
+    "unshuffled_batches": {"batch_label_mix": 0.05},
+    "class_imbalance": {"prior_shift": 20.0, "label_imbalance": 25.0},
+    "periodic_bad_batch": {"periodic_spikes": 18, "loss_spike_period": 30.0, "loss_spike_steps": [59, 89, 119]},
+    "lr_too_low": {"update_ratio_peak": 2e-5},
+    "constant_output": {"output_spread": 0.0},
+    "unreachable_targets": {"target_reach_gap": 0.5, "task": "regression"},
+    "lr_too_high": {"update_ratio_peak": 1.5, "final_train_loss": 2.3},  # large steps, and the loss did not fall
+    "still_improving": {"train_loss_curve": [2.3] * 150 + [2.3 - 0.04 * t for t in range(50)]},
+    "shuffled_labels": {"final_val_acc": 0.1, "final_train_acc": 0.45, "reference_val_acc": 0.11},
+    "label_noise": {"reference_loo_acc": 0.7, "reference_knn_val_acc": 0.95, "final_train_acc": 0.75},
+    "overfitting": {"final_val_acc": 0.55, "final_val_loss": 2.4, "final_train_loss": 0.001},
+    "model_too_small": {"final_train_acc": 0.5, "final_val_acc": 0.48},
+}
