@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs test test-slow test-all lint format bench bench-doctor bench-engines clean-runs
+.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs docs test test-slow test-all lint format bench bench-doctor bench-engines clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -61,6 +61,9 @@ gpu-study: setup ## the device study (width x batch x cpu/cuda) into runs/device
 
 fit: setup ## fit the rules' thresholds per step budget on digits and the zoo problems (runs/zoo); writes analysis/thresholds.json
 	$(BIN)/python -m analysis fit runs/zoo
+
+docs: setup ## regenerate the tables of docs/ (faults, rules, features, records) from the code and conf/
+	$(BIN)/python -m analysis docs
 
 report: setup ## score the rules, naive rules, tree and forest on RUNS (and the zoo, pairs, families); writes reports/report.md
 	$(BIN)/python -m analysis report $(RUNS)

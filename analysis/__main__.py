@@ -8,6 +8,7 @@ python -m analysis pairs [runs/pairs]      two faults at once: both, one or neit
 python -m analysis families [runs/families]  the rules on a CNN and a GRU
 python -m analysis devices [runs/devices]  the device study, its crossover table last
 python -m analysis rules                   the rules, what each feature is normalized by, the thresholds
+python -m analysis docs [--check]          write the generated tables of docs/ (--check: only say which are stale)
 (the report also includes runs/realbugs/realbugs.md, written by `make realbugs`: python -m benchmarks.realbugs)
 """
 
@@ -48,6 +49,8 @@ def parser() -> argparse.ArgumentParser:
                 default = DEFAULT_RECORDS[study]
                 sub.add_argument(f"--{study}", default=default, help=f"{study} records for the report ({default})")
     commands.add_parser("rules", help="print the rules table (the README carries it)")
+    docs = commands.add_parser("docs", help="write docs/faults.md, rules.md, features.md and records.md")
+    docs.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     return top
 
 
@@ -57,6 +60,17 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.rules import rules_table
 
         print(rules_table())
+        return 0
+    if args.command == "docs":
+        from analysis import docs
+
+        if args.check:
+            behind = docs.stale()
+            for name in behind:
+                print(f"stale: docs/{name} (run `make docs`)")
+            return 1 if behind else 0
+        for name in docs.write():
+            print(f"wrote docs/{name}")
         return 0
     try:
         records = load_records(args.records)

@@ -149,8 +149,8 @@ _COLUMNS = [
     (
         "confident_disagreement",
         _f64,
-        "median over the later half of the census steps: share of the batch predicted with p > 0.9 for another"
-        " class while its label gets p < 0.1",
+        "median over the later half of the census steps: share of the batch whose label the model contradicts"
+        " (another class ranked first, the label given p < 0.1)",
     ),
     ("confident_disagreement_peak", _f64, "the largest share of a census batch confidently contradicted so far"),
     ("train_in_eval_share", _f64, "share of training forwards run in eval mode (0 without dropout/BatchNorm)"),
