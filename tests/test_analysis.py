@@ -155,6 +155,7 @@ def test_records_of_an_older_schema_are_left_out_beside_current_ones(tmp_path):
     assert frame.cell_id.tolist() == ["new"]
 
 
+@pytest.mark.slow
 def test_no_records_says_which_command_makes_them(tmp_path):
     with pytest.raises(NoRecords, match="make sweep"):
         load_records(tmp_path / "nothing")

@@ -111,6 +111,7 @@ KNOBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override", KNOBS)
 def test_a_knob_out_of_range_is_one_line_naming_what_is_valid(override):
     assert check_command_line([override, "+sweep=smoke"]) == KNOBS[override]  # in a sweep too, before it starts
@@ -181,6 +182,7 @@ def test_a_single_class_dataset_in_a_sweep_exits_2_with_one_line_before_any_cell
     assert not list(records.glob("*.parquet"))
 
 
+@pytest.mark.slow
 def test_a_malformed_fault_file_and_a_knob_out_of_range_exit_2_from_the_command_line(tmp_path, records):
     write(tmp_path, "fault", "bad", MALFORMED["fault"][0])
     result = run_entry("--config-dir", str(tmp_path), "fault=bad", f"run.records={records}")

@@ -62,6 +62,7 @@ MISSPELLED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line", MISSPELLED)
 @pytest.mark.parametrize("how", ["one cell", "a sweep"])
 def test_a_misspelled_key_in_a_fault_file_is_one_line_naming_the_nearest_key(tmp_path, records, line, how):

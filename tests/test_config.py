@@ -64,6 +64,7 @@ def _changes(fault: str) -> dict:
     return {k: v for k, v in values.items() if not k.startswith(("fault.", "severity")) and healthy.get(k) != v}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_every_other_size_is_the_same_fault_with_another_value_of_the_same_knobs(size):
     severity, fault = size.split("/")

@@ -15,6 +15,7 @@ from harness.cell import run_cell
 TINY = ["+sweep=devices", "model.hidden=[32,32]", "data.batch_size=64", "loop.steps=20", "loop.timing_warmup=5"]
 
 
+@pytest.mark.slow
 def test_a_cpu_cell_of_the_study_times_its_steps():
     record = run_cell(make_config(*TINY, "device=cpu"))
     assert record["status"] == "ok", record["error"]

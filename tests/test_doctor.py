@@ -320,6 +320,7 @@ def test_each_verdict_points_at_the_recipe_lines_its_next_step_is_about(tmp_path
     }
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_broken_recipe(tmp_path):
     recipe = tmp_path / "incomplete.py"
     recipe.write_text("def model():\n    return None\n")

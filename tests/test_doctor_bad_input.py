@@ -180,6 +180,7 @@ NONFINITE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", NONFINITE)
 def test_a_nonfinite_loss_is_the_verdict_and_names_what_was_nonfinite_first(tmp_path, capsys, case):
     extra, evidence, next_step = NONFINITE[case]

@@ -195,6 +195,7 @@ def test_training_batches_are_reshuffled_and_latency_is_real():
     assert time.perf_counter() - start >= 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_healthy_recipe_reaches_good_validation_accuracy(dataset):
     record = run_cell(make_config(f"dataset={dataset}"))  # the full 600-step recipe
@@ -235,6 +236,7 @@ def test_squashed_logits_keep_the_softmax_losss_inputs_within_1_of_each_other(da
     assert short_run("squashed_logits", dataset)["logit_reach_span"] <= 1.0  # a sigmoid: (0, 1) at most
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_wrong_mode_faults_are_seen_in_the_forwards_and_dropout_alone_is_not(dataset):
     control = short_run("healthy_dropout", dataset)

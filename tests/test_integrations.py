@@ -301,6 +301,7 @@ def test_hugging_face_training_with_a_rate_far_too_high_is_named(hf, tmp_path):
     assert doctor.report.verdict == "lr_too_high", str(doctor.report)
 
 
+@pytest.mark.slow
 def test_hugging_face_gradient_accumulation_is_seen_as_the_loop_runs_it(hf, tmp_path):
     # Two backward passes per optimizer step; the Trainer divides the loss by 2 before backward (or passes the
     # model num_items_in_batch): the doctor records the loss as computed, ln 4 at first.

@@ -1,6 +1,7 @@
 """Two faults at once and other model families: how they are scored, on hand-made records and on real cells."""
 
 import pandas as pd
+import pytest
 from conftest import SHORT, make_config
 from hand_records import PLANTED, THRESHOLDS, record
 
@@ -73,6 +74,7 @@ def test_families_are_scored_with_the_mlp_thresholds_and_refitted_leaving_one_se
     assert families.per_fault(table).loc["no_zero_grad", "cnn rules"] == "3/3"
 
 
+@pytest.mark.slow
 def test_report_sections_from_real_pair_and_family_cells(tmp_path):
     for overrides in (["fault=[lr_too_high,starved_loader]"], ["model=cnn", "fault=no_zero_grad"]):
         write_record(run_cell(make_config(*SHORT, *overrides)), tmp_path / "records")

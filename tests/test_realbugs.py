@@ -66,6 +66,7 @@ def _short_run(monkeypatch, subject, variant):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("subject", "variant"), _recipes(sorted(FAST)))
 def test_a_few_recipes_run_under_the_doctor_on_a_short_budget(monkeypatch, subject, variant):
     _short_run(monkeypatch, subject, variant)

@@ -100,6 +100,7 @@ def test_another_cells_record_under_a_cells_name_does_not_make_it_done(records):
     assert record_status(records, "b") == "ok" and record_status(records, "a") is None
 
 
+@pytest.mark.slow
 def test_foreign_and_truncated_files_are_named_the_sweeps_own_rewritten_and_the_advice_works(records):
     cells = grid(records)
     first, counts = sweep(cells)
@@ -146,6 +147,7 @@ def test_a_folder_that_cannot_be_written_stops_the_sweep_before_any_cell_runs(tm
     assert out.getvalue() == f"error: records folder {records} cannot be written: {blocker} is a file, not a folder\n"
 
 
+@pytest.mark.slow
 def test_an_unwritable_records_folder_is_one_line_and_exit_2_from_a_sweep_and_from_one_cell(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -100,6 +100,7 @@ def test_an_interrupted_sweep_loses_nothing_and_resumes(records, how, tmp_path):
     assert not list(records.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(records):
     # The CNN reads a row as a square image: digits' 64 features are one, synthetic's 32 are not.
     result = run_entry("+sweep=smoke", "fault=healthy", "model=cnn", f"run.records={records}")
