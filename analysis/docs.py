@@ -145,16 +145,25 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+def _behind(folder: Path) -> dict[str, str]:
+    """The generated pages that differ from what the code and configs give now (or are missing), with their text."""
+    pages = {name: page() for name, page in PAGES.items()}
+    return {
+        name: text
+        for name, text in pages.items()
+        if not (folder / name).exists() or (folder / name).read_text() != text
+    }
+
+
 def stale(folder: Path = DOCS) -> list[str]:
-    """The generated pages that differ from what the code and configs give now (or are missing)."""
-    paths = {name: folder / name for name in PAGES}
-    return [name for name, path in paths.items() if not path.exists() or path.read_text() != PAGES[name]()]
+    """The names of the generated pages that are stale or missing."""
+    return list(_behind(folder))
 
 
 def write(folder: Path = DOCS) -> list[str]:
-    """Write every generated page that changed; returns their names."""
+    """Write every generated page that changed (each generated once); returns their names."""
     folder.mkdir(parents=True, exist_ok=True)
-    changed = stale(folder)
-    for name in changed:
-        (folder / name).write_text(PAGES[name]())
-    return changed
+    changed = _behind(folder)
+    for name, text in changed.items():
+        (folder / name).write_text(text)
+    return list(changed)

@@ -24,7 +24,7 @@ def test_every_fault_file_has_its_row_with_its_verdict_and_knobs(fault, faults_p
     assert knobs != "nothing" or fault == "healthy"  # every fault changes some knob of the healthy recipe
 
 
-def test_a_stale_page_is_named_and_make_docs_rewrites_it(tmp_path, capsys):
+def test_a_stale_page_is_named_and_make_docs_rewrites_it(tmp_path):
     assert docs.write(tmp_path) == list(docs.PAGES)  # a new folder: every page written
     (tmp_path / "rules.md").write_text("typed by hand\n")
     assert docs.stale(tmp_path) == ["rules.md"]
