@@ -26,7 +26,7 @@ def predictions(
 
     `kept`, if given, receives the rules the refits could not fit on the family's records, and why.
     """
-    records = records[(records.status == "ok") & ~records.diagnosis.str.contains("+", regex=False)]
+    records = records[(records.status == "ok") & (records.verdicts.str.len() == 1)]
     records = records[harmful(records)]  # a fault that did no harm there is no fault to find
     fitted = load_thresholds() if thresholds is None else thresholds
     # With a single seed there is nothing to refit on: such a family has no rules-refit verdicts (None), and its

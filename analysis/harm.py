@@ -99,7 +99,7 @@ def harmful(records: pd.DataFrame) -> pd.Series:
     twins = {key: index for key, index in zip(keys[healthy], records.index[healthy], strict=True)}
     result = pd.Series(True, index=records.index)
     for index, record in records.iterrows():
-        if record.diagnosis == HEALTHY or "+" in record.diagnosis or record.diagnosis in BY_DEFINITION:
+        if len(record.verdicts) > 1 or record.diagnosis == HEALTHY or record.diagnosis in BY_DEFINITION:
             continue
         classes = BY_DEFINITION_FROM_CLASSES.get(record.diagnosis)
         if classes is not None and record.ln_classes > math.log(classes - 0.5):  # ln C (fault cells: class targets)

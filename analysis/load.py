@@ -77,6 +77,9 @@ def load_records(folder: str | Path) -> pd.DataFrame:
     if not tables:
         raise NoRecords(f"no records in {folder}: `make sweep RUNS={folder}` produces them")
     frame = pa.concat_tables(tables).to_pandas()
+    if tables is old_tables and frame.verdicts.isna().all():  # before version 12 two faults were one `a+b` string
+        frame["faults"], frame["verdicts"] = frame.fault.str.split("+"), frame.diagnosis.str.split("+")
+        frame["diagnosis"] = frame.diagnosis.where(frame.verdicts.str.len() == 1, None)
     duplicated = frame.cell_id[frame.cell_id.duplicated()].unique()
     if len(duplicated):
         raise ValueError(f"duplicate cell ids in {folder}: {', '.join(map(str, duplicated[:5]))}")

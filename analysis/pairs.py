@@ -1,7 +1,7 @@
 """Two faults at once: is each of them named by the set of verdicts whose rules fired.
 
 Reads the records of `make pairs` (conf/sweep/pairs.yaml: two faults planted per cell). The planted set is a
-cell's diagnosis split at "+"; the named set is every verdict whose rule fired, with the thresholds fitted on
+cell's `verdicts`; the named set is every verdict whose rule fired, with the thresholds fitted on
 single faults. Each cell is `both` (both planted faults named), `one` or `neither`; `extra` counts verdicts
 named that were not planted. A fault masks another when, planted together, the other is named in no cell.
 """
@@ -16,9 +16,9 @@ OUTCOMES = ("both", "one", "neither")
 
 def outcomes(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per ok two-fault record: what was planted, what was named, and the outcome."""
-    records = records[(records.status == "ok") & records.diagnosis.str.contains("+", regex=False)]
+    records = records[(records.status == "ok") & (records.verdicts.str.len() == 2)]
     fired = verdicts(records, thresholds=load_thresholds() if thresholds is None else thresholds).fired
-    planted = records.diagnosis.str.split("+")
+    planted = records.verdicts
     first_named = [p[0] in f for p, f in zip(planted, fired, strict=True)]
     second_named = [p[1] in f for p, f in zip(planted, fired, strict=True)]
     table = pd.DataFrame(

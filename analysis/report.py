@@ -267,7 +267,7 @@ def families_section(folder: Path, out: Path, records: pd.DataFrame | None = Non
         _markdown(families.per_fault(table)),
         "",
     ]
-    single = records[(records.status == "ok") & ~records.diagnosis.str.contains("+", regex=False)]
+    single = records[(records.status == "ok") & (records.verdicts.str.len() == 1)]
     harmless = single[~harmful(single)]
     if len(harmless):
         counted = harmless.groupby(["model", "fault"]).size().rename("cells").reset_index().set_index("model")

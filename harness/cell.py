@@ -225,11 +225,13 @@ def run_cell(cfg: DictConfig) -> dict:
     """Run one cell and return its record; problems of the cell end up in `status` and `error`."""
     started = time.perf_counter()
     record = empty_record()
-    fault, diagnosis = planted(cfg)
+    faults, verdicts = planted(cfg)
     record.update(
         cell_id=cell_id(cfg),
-        fault=fault,
-        diagnosis=diagnosis,
+        fault="+".join(faults),
+        faults=faults,
+        diagnosis=verdicts[0] if len(verdicts) == 1 else None,  # two at once are scored by `verdicts`
+        verdicts=verdicts,
         severity=severity(cfg),
         dataset=cfg.dataset.name,
         model=cfg.model.name,

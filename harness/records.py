@@ -24,19 +24,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 11  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 12  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
 # learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps;
-# 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get
+# 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get; 12: the planted faults and
+# their verdicts as lists (`faults`, `verdicts`), `diagnosis` null when two are planted
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
     # identity: what was run
     ("cell_id", _str, "readable key plus a hash of the resolved recipe"),
-    ("fault", _str, "the condition planted (conf/fault/ option name; a+b for two at once)"),
-    ("diagnosis", _str, "the verdict the rules should give (a+b for two); used for scoring only"),
+    ("fault", _str, "the condition planted, as a label: its conf/fault/ option name (names joined by + for two)"),
+    ("faults", pa.list_(_str), "the conf/fault/ options planted: one, or two at once"),
+    ("diagnosis", _str, "the verdict the rules should give when one fault is planted (null for two); scoring only"),
+    ("verdicts", pa.list_(_str), "the verdicts that should name the planted faults, one per fault; scoring only"),
     ("severity", _str, "size of the planted fault: mild, planted or extreme (none for the healthy controls)"),
     ("dataset", _str, "conf/dataset/ option name"),
     ("model", _str, "conf/model/ option name"),
@@ -268,14 +271,14 @@ def recipe_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(recipe), sort_keys=True)
 
 
-def planted(cfg: DictConfig) -> tuple[str, str]:
-    """The planted fault(s) and the verdict(s) that should name them, each joined with "+" (`fault=[a,b]`)."""
+def planted(cfg: DictConfig) -> tuple[list[str], list[str]]:
+    """The planted faults (one, or two with `fault=[a,b]`) and the verdicts that should name them, in order."""
     faults = cfg.get("fault") or {}
     if {"name", "diagnosis"} & set(faults):
         raise ValueError("a fault file names itself as `fault: {<name>: <verdict>}`, not with name/diagnosis keys")
     if not faults or not all(isinstance(v, str) and v for v in faults.values()):
         raise ValueError("no fault chosen: a fault file adds `fault: {<name>: <verdict>}`, e.g. {healthy: healthy}")
-    return "+".join(faults), "+".join(faults.values())
+    return list(faults), list(faults.values())
 
 
 def severity(cfg: DictConfig) -> str:
@@ -288,7 +291,7 @@ def severity(cfg: DictConfig) -> str:
 def cell_id(cfg: DictConfig) -> str:
     """Readable name plus a hash of every resolved value, so a changed recipe never reuses an old record."""
     digest = hashlib.sha1(recipe_yaml(cfg).encode()).hexdigest()[:10]
-    return f"{planted(cfg)[0]}-{cfg.dataset.name}-{cfg.device.name}-s{cfg.seed}-{digest}"
+    return f"{'+'.join(planted(cfg)[0])}-{cfg.dataset.name}-{cfg.device.name}-s{cfg.seed}-{digest}"
 
 
 def empty_record() -> dict:
@@ -340,10 +343,10 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> int:
 
 
 def record_status(folder: str | os.PathLike, cell_id: str) -> str | None:
-    """Status of the stored record of a cell.
+    """Status of the stored record of a cell: ok, failed or skipped.
 
-    None if there is none, it cannot be read, or it holds another cell's record (a copy under this name);
-    "stale" if it was written with another schema version, so that a sweep measures it again.
+    None if there is none, it cannot be read, it holds another cell's record (a copy under this name), or it was
+    written with another schema version (a measurement may mean something else now, so a sweep measures it again).
     """
     path = record_path(folder, cell_id)
     if not path.exists():
@@ -354,7 +357,7 @@ def record_status(folder: str | os.PathLike, cell_id: str) -> str | None:
         return None
     if stored["cell_id"] != cell_id:  # another cell's record under this name (a copy): this cell has none
         return None
-    return stored["status"] if stored["schema_version"] == SCHEMA_VERSION else "stale"
+    return stored["status"] if stored["schema_version"] == SCHEMA_VERSION else None
 
 
 RECORD_COLUMNS = ("cell_id", "schema_version", "status")  # what makes a parquet file a record of this project

@@ -145,6 +145,20 @@ def test_records_of_an_older_schema_load_with_the_new_columns_empty(tmp_path):
     assert frame.cell_id.tolist() == ["old"] and pd.isna(frame.step_time_s[0]) and pd.isna(frame.threads[0])
 
 
+def test_records_before_version_12_get_their_planted_faults_as_lists(tmp_path):
+    folder = tmp_path / "records"
+    for key, fault, diagnosis in (("one", "eval_left_on", "wrong_mode"), ("two", "a+b", "va+vb")):
+        values = {"cell_id": key, "fault": fault, "diagnosis": diagnosis, "started_at": None, "schema_version": 11}
+        write_record({**record().to_dict(), **values}, folder)
+        path = folder / f"{key}.parquet"
+        pq.write_table(pq.read_table(path).drop_columns(["faults", "verdicts"]), path)
+    with pytest.warns(UserWarning, match="2 record.*older schema version"):
+        frame = load_records(folder).set_index("cell_id")
+    assert [list(frame.faults[k]) for k in ("one", "two")] == [["eval_left_on"], ["a", "b"]]
+    assert [list(frame.verdicts[k]) for k in ("one", "two")] == [["wrong_mode"], ["va", "vb"]]
+    assert frame.diagnosis.one == "wrong_mode" and pd.isna(frame.diagnosis.two)
+
+
 def test_records_of_an_older_schema_are_left_out_beside_current_ones(tmp_path):
     # A knob added since changes every cell id: the old records would count each cell twice.
     folder = tmp_path / "records"
@@ -201,10 +215,10 @@ def test_report_builds_and_its_accuracy_lines_match_its_tables(short_grid, tmp_p
     assert ("Left out" in report) == (len(kept) < len(records))
 
 
-def test_the_readme_carries_the_rules_table_as_the_code_prints_it():
+def test_the_rules_page_carries_the_rules_table_as_the_code_prints_it():
     from analysis.rules import rules_table
 
-    assert rules_table() in (ROOT / "README.md").read_text(), "run `python -m analysis rules` and paste it"
+    assert rules_table() in (ROOT / "docs" / "rules.md").read_text(), "run `make docs`: docs/rules.md is stale"
 
 
 def slice_of(short_grid, folder, faults, datasets=REPORTED, seeds=(0,), status="ok"):

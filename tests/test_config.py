@@ -23,13 +23,13 @@ def test_fault_file_names_itself_and_its_verdict(fault):
     cfg = make_config(f"fault={fault}")
     assert list(cfg.fault) == [fault]
     assert isinstance(cfg.fault[fault], str) and cfg.fault[fault]
-    assert planted(cfg) == (fault, cfg.fault[fault])
+    assert planted(cfg) == ([fault], [cfg.fault[fault]])
     assert not OmegaConf.missing_keys(cfg)
 
 
 def test_two_faults_compose_into_one_cell_with_both_verdicts():
     cfg = make_config("fault=[lr_too_high,starved_loader]")
-    assert planted(cfg) == ("lr_too_high+starved_loader", "lr_too_high+starved_loader")
+    assert planted(cfg) == (["lr_too_high", "starved_loader"], ["lr_too_high", "starved_loader"])
     assert cfg.loop.lr_scale == 100 and cfg.data.batch_latency == 3  # both changes are in the recipe
 
 

@@ -15,7 +15,8 @@ from harness.records import write_record
 
 def pair(first: str, second: str, seed: int = 0, **measurements) -> pd.Series:
     return record(
-        diagnosis=f"{first}+{second}",
+        diagnosis=None,
+        verdicts=[first, second],
         cell_id=f"{first}+{second}-{seed}",
         seed=seed,
         model="mlp",

@@ -90,9 +90,9 @@ def test_stale_temporaries_of_dead_writers_are_removed(records):
     assert not dead.exists() and alive.exists()
 
 
-def test_a_record_of_another_schema_version_is_stale(record, records):
+def test_a_record_of_another_schema_version_counts_as_none(record, records):
     write_record({**record, "schema_version": SCHEMA_VERSION - 1}, records)
-    assert record_status(records, record["cell_id"]) == "stale"
+    assert record_status(records, record["cell_id"]) is None
 
 
 def test_status_of_a_missing_or_unreadable_record_is_none(records):
