@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 sys.path.insert(0, str(ROOT / "examples"))
 from digits_cnn import TRAIN, VAL, SmallCNN
 
+from analysis.rules import load_thresholds
 from doctor import CannotJudge, Doctor, UnsupportedTask, probe
 
 STEPS = 200
@@ -230,8 +231,12 @@ def test_a_dataloader_with_workers_and_a_batchnorm_cnn_work():
         steps=100,
         validation=validation(),
     )
-    assert report.verdict in {"healthy", "starved_loader"}  # worker start-up each epoch can make it wait
-    assert report.steps == 100 and 0.0 <= report.measurements["data_wait_share"] < 1.0
+    # The workers start again every epoch (20 batches here), and how long that takes depends on the machine's
+    # load: the wait is measured, not known. Every other rule is quiet, and the loader's rule fires exactly when
+    # the measured wait per second of compute is over its threshold at this budget.
+    starved = report.features["data_wait_ratio"] > load_thresholds(report.steps)["starved_loader"]
+    assert [f.verdict for f in report.findings] == (["starved_loader"] if starved else ["healthy"])
+    assert report.steps == 100 and 0.0 < report.measurements["data_wait_share"] < 1.0
 
 
 def test_unsupported_tasks_are_refused_clearly():

@@ -12,6 +12,18 @@ very same config for every job, but it is built for many short cells:
   bundle is one healthy recipe, say `[optimizer=sgd, model.hidden=[32]]`, or one problem with its own recipe).
 Hydra's own sweeper and launchers stay available: `hydra/sweeper=basic hydra/launcher=joblib` runs every
 cell as a Hydra job (slower per cell, but any Hydra launcher, e.g. a SLURM one, can then be used).
+
+Hydra has no public API for these shortcuts, so the sweeper uses private ones, pinned by `hydra-core==1.3.8` in
+pyproject.toml and held to Hydra's public `compose()` for every cell of every conf/sweep/ file by
+tests/test_sweeper_composition.py (a Hydra upgrade that changes them fails there, not in a sweep):
+- `BasicSweeper.split_arguments` (hydra._internal.core_plugins.basic_sweeper): expands `params`, command-line
+  sweeps and each variant into jobs exactly as the basic sweeper does, so a grid means the same under both;
+- `ConfigLoaderImpl._apply_overrides_to_config` (hydra._internal.config_loader_impl): applies a job's value
+  overrides (seed=3) to a copy of a composed config, the step Hydra itself takes after composing;
+- the config loader's `load_sweep_config`: Hydra's own composition of one job, as its sweepers call it;
+- the config loader's `repository` (`group_exists`, `load_config`), which is not part of the ConfigLoader
+  interface: tells a group choice from a value override, and reads a fault or dataset file's content to merge or
+  check it.
 """
 
 import copy
@@ -70,10 +82,9 @@ class GridSweeper(Sweeper):
         self.hydra_context = hydra_context
         self.config = config
 
-    def compose_cells(self, arguments: list[str]) -> list[DictConfig]:
-        """The resolved application config of every job of the grid (without the hydra node)."""
-        loader = self.hydra_context.config_loader
-        parser = OverridesParser.create(config_loader=loader)
+    def job_overrides(self, arguments: list[str]) -> list[list[str]]:
+        """The overrides of every job of the grid, in order, as Hydra's basic sweeper splits them."""
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         params = dict(self.params)
         if self.pairs:
             params["fault"] = ",".join(f"[{a},{b}]" for a, b in self.fault_pairs())
@@ -81,9 +92,15 @@ class GridSweeper(Sweeper):
         jobs = []
         for variant in self.variants or [[]]:
             jobs += BasicSweeper.split_arguments(parser.parse_overrides(lines + variant), None)[0]
+        return [list(job) for job in jobs]
+
+    def compose_cells(self, arguments: list[str]) -> list[DictConfig]:
+        """The resolved application config of every job of the grid (without the hydra node), in job order."""
+        loader = self.hydra_context.config_loader
+        parser = OverridesParser.create(config_loader=loader)
         composed: dict[tuple[str, ...], DictConfig] = {}
         cells, plains = [], []
-        for job in jobs:
+        for job in self.job_overrides(arguments):
             overrides = parser.parse_overrides(list(job))
             groups = tuple(
                 o.input_line
@@ -116,8 +133,6 @@ class GridSweeper(Sweeper):
         overrides with no defaults of their own, so composing with a fault is composing without it (`~fault`,
         cached per choice of the other groups) and then merging the fault files in order, exactly as Hydra
         merges them. Anything else (another package, a defaults list) takes Hydra's own full composition.
-        Private Hydra API used: ConfigLoaderImpl.load_sweep_config and its repository's load_config, the same
-        calls Hydra's sweepers and compose() make.
         """
         loader = self.hydra_context.config_loader
         faults = [g for g in groups if g.split("=", 1)[0] == "fault"]
