@@ -42,13 +42,15 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("records", nargs="?", default=folder, help=f"records folder (default: {folder})")
         if name == "fit":
             sub.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="where to write the thresholds")
-        if name in ("report", "pairs", "families"):
+        if name == "report":
             sub.add_argument("--out", default="reports", help="report folder (default: reports)")
+        if name in ("pairs", "families"):  # they print only: --out is accepted so that older command lines still run
+            sub.add_argument("--out", default="reports", help="ignored: this command writes no files")
         if name == "report":
             for study in ("zoo", "pairs", "families", "devices", "realbugs"):
                 default = DEFAULT_RECORDS[study]
                 sub.add_argument(f"--{study}", default=default, help=f"{study} records for the report ({default})")
-    commands.add_parser("rules", help="print the rules table (the README carries it)")
+    commands.add_parser("rules", help="print the rules table (docs/rules.md carries it)")
     docs = commands.add_parser("docs", help="write docs/faults.md, rules.md, features.md and records.md")
     docs.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     return top
@@ -105,12 +107,10 @@ def run(args: argparse.Namespace, records) -> None:
         print("\n".join(zoo.describe(table, records, unfitted)))
         print("\n".join(zoo.lines(table)))
     elif args.command in ("pairs", "families"):
-        from analysis.report import families_section, pairs_section
+        from analysis import families, pairs
 
-        section = pairs_section if args.command == "pairs" else families_section
-        text, lines = section(Path(args.records), Path(args.out), records)
-        print("\n".join(line for line in text if not line.startswith("![")))
-        print("\n".join(lines))
+        study = pairs if args.command == "pairs" else families
+        print("\n".join(study.printout(records, Path(args.records))))
     elif args.command == "fit":
         from analysis.fit import write_thresholds
 

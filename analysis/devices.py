@@ -64,10 +64,9 @@ def crossover(table: pd.DataFrame) -> pd.DataFrame | None:
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Time per step against width, one line per device and batch size (log-log)."""
-    import matplotlib
+    from analysis.plots import pyplot  # the one place that picks the backend; here: the doctor reads, never draws
 
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt  # imported here: the doctor reads the study without drawing it
+    plt = pyplot()
 
     ok = table[table.status == "ok"]
     figure, axis = plt.subplots(figsize=(7, 5))

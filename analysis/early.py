@@ -3,10 +3,9 @@
 Every cell keeps its measurements at 50, 100, 200, 400 and 600 steps (a shorter run is a prefix of a longer one
 with the same seed), so any records folder gives the short runs for free. At each budget the rules use the
 thresholds fitted for that budget, as the doctor does for a run of that length. A healthy run cut at a budget
-where its own continuation did measurably better is scored as still_improving there (analysis/harm.py).
+where its own continuation did measurably better is scored as still_improving there (analysis/harm.py). The
+report draws the summary (analysis/plots.py: plot_early).
 """
-
-from pathlib import Path
 
 import pandas as pd
 
@@ -34,23 +33,3 @@ def accuracy_by_budget(records: pd.DataFrame) -> pd.DataFrame:
 def lines(summary: pd.DataFrame) -> list[str]:
     """The machine-readable lines: `accuracy <dataset> rules <c>/<n> <role> family=<f> steps=<N>`."""
     return accuracy_lines(summary.assign(method="rules"))
-
-
-def plot(summary: pd.DataFrame, path: Path) -> None:
-    from analysis.plots import pyplot
-
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6.5, 4.5))
-    for dataset, group in summary.groupby("dataset"):
-        axis.plot(group.steps, group.correct / group.total, marker="o", label=f"{dataset} ({role(dataset)})")
-    axis.set_xscale("log")
-    axis.set_xticks(sorted(summary.steps.unique()), [str(s) for s in sorted(summary.steps.unique())])
-    axis.minorticks_off()
-    axis.set_ylim(0, 1.02)
-    axis.set_xlabel("training steps the verdict rests on (log)")
-    axis.set_ylabel("share of cells diagnosed correctly")
-    axis.set_title("Rules with each budget's own thresholds, on the same runs cut short")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)

@@ -6,14 +6,19 @@ Reads the records of `make families` (a small CNN on digits, a GRU on a generate
 `rules-refit` refits the thresholds on the family's own records, leaving out the seed it scores
 (leave-one-seed-out), to show what carrying the rules over costs; a rule whose fault the family's records lack
 keeps the committed threshold. Fault cells whose fault did no measurable harm against their healthy twin are
-left out (analysis/harm.py).
+left out (analysis/harm.py). `python -m analysis families` prints `printout`; the report's section is
+analysis/sections.py's families_section.
 """
+
+from pathlib import Path
 
 import pandas as pd
 
+from analysis import tables
+from analysis.fit import NothingToFit, kept_lines
 from analysis.harm import harmful
 from analysis.rules import RULES, load_thresholds, verdicts
-from analysis.score import budgets, leave_one_seed_out
+from analysis.score import accuracy_lines, budgets, leave_one_seed_out
 
 METHODS = ("rules", "rules-refit")
 ROLES = {"rules": "held-out", "rules-refit": "refit-loso"}
@@ -26,7 +31,7 @@ def predictions(
 
     `kept`, if given, receives the rules the refits could not fit on the family's records, and why.
     """
-    records = records[(records.status == "ok") & (records.verdicts.str.len() == 1)]
+    records = single(records)
     records = records[harmful(records)]  # a fault that did no harm there is no fault to find
     fitted = load_thresholds() if thresholds is None else thresholds
     # With a single seed there is nothing to refit on: such a family has no rules-refit verdicts (None), and its
@@ -47,6 +52,17 @@ def predictions(
         },
         index=records.index,
     )
+
+
+def single(records: pd.DataFrame) -> pd.DataFrame:
+    """The ok records with one fault planted (healthy included): those the families are scored on."""
+    return records[(records.status == "ok") & (records.verdicts.str.len() == 1)]
+
+
+def harmless(records: pd.DataFrame) -> pd.DataFrame:
+    """The ok single-fault records left out of the scores: their fault did no measurable harm."""
+    one = single(records)
+    return one[~harmful(one)]
 
 
 def accuracy(table: pd.DataFrame) -> pd.DataFrame:
@@ -74,3 +90,43 @@ def per_fault(table: pd.DataFrame) -> pd.DataFrame:
             hits = (judged[method] == judged.diagnosis).groupby(judged.diagnosis)
             columns[f"{family} {method}"] = hits.sum().astype(str) + "/" + hits.size().astype(str)
     return pd.DataFrame(columns).fillna("").rename_axis("planted")
+
+
+def single_seed(table: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    """Families with no rules-refit score: a single seed, nothing to leave one out of."""
+    return sorted(set(table.family) - set(summary.family[summary.method == "rules-refit"]))
+
+
+def printout(records: pd.DataFrame, folder: Path) -> list[str]:
+    """What `python -m analysis families` prints: the report's tables as aligned text, then the accuracy lines.
+
+    Raises NothingToFit when no ok single-fault record is left to score.
+    """
+    kept: dict[str, str] = {}
+    table = predictions(records, kept=kept)
+    if table.empty:
+        raise NothingToFit(f"no single-fault record to score in {folder}: `make families` produces them")
+    scores = accuracy(table)
+    text = [
+        f"other model families ({folder}): rules: the MLP's thresholds unchanged (held out); rules-refit: refitted "
+        "on the family's own records, leaving one seed out",
+        tables.family_scores(scores).reset_index().to_string(index=False, na_rep="-"),
+        "",
+        "correct per planted fault:",
+        per_fault(table).reset_index().to_string(index=False),
+        "",
+    ]
+    left_out = harmless(records)
+    if len(left_out):
+        counted = tables.harmless_cells(left_out, "model").reset_index()
+        text += ["left out, the fault did no measurable harm there:", counted.to_string(index=False), ""]
+    misses = tables.family_misses(table)
+    if len(misses):
+        text += ["misses of the unchanged rules:", misses.reset_index().to_string(index=False), ""]
+    single_seeded = single_seed(table, scores)
+    if single_seeded:
+        text.append(f"No rules-refit score for {', '.join(single_seeded)}: leave-one-seed-out needs two seeds.")
+    if kept:
+        text.append("rules the refits could not fit kept their committed thresholds:")
+        text += [f"  {line.removeprefix('- ')}" for line in kept_lines(kept)]
+    return [*text, *accuracy_lines(scores)]

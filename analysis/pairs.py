@@ -4,10 +4,15 @@ Reads the records of `make pairs` (conf/sweep/pairs.yaml: two faults planted per
 cell's `verdicts`; the named set is every verdict whose rule fired, with the thresholds fitted on
 single faults. Each cell is `both` (both planted faults named), `one` or `neither`; `extra` counts verdicts
 named that were not planted. A fault masks another when, planted together, the other is named in no cell.
+`python -m analysis pairs` prints `printout`; the report's section is analysis/sections.py's pairs_section.
 """
+
+from pathlib import Path
 
 import pandas as pd
 
+from analysis import tables
+from analysis.fit import NothingToFit
 from analysis.rules import load_thresholds, verdicts
 from analysis.score import accuracy_line, budgets, role
 
@@ -40,6 +45,11 @@ def outcomes(records: pd.DataFrame, thresholds: dict[str, float] | None = None) 
     hits = table.first_named.astype(int) + table.second_named.astype(int)
     table["outcome"] = hits.map({2: "both", 1: "one", 0: "neither"})
     return table
+
+
+def pair_count(table: pd.DataFrame) -> int:
+    """How many distinct pairs of faults the outcomes table holds."""
+    return table[["first", "second"]].drop_duplicates().shape[0]
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -86,3 +96,31 @@ def accuracy_lines(counts: pd.DataFrame) -> list[str]:
         accuracy_line(r.dataset, "rules-both-named", r.both, r.cells, r.role, r.family, r.steps, "faults=2")
         for r in counts.itertuples()
     ]
+
+
+def printout(records: pd.DataFrame, folder: Path) -> list[str]:
+    """What `python -m analysis pairs` prints: the report's tables as aligned text, then the accuracy lines.
+
+    Raises NothingToFit when the records hold no ok two-fault cell.
+    """
+    table = outcomes(records)
+    if table.empty:
+        raise NothingToFit(f"no two-fault records in {folder}: `make pairs` produces them")
+    counts = summary(table)
+    text = [
+        f"two faults at once ({folder}): {pair_count(table)} pairs, {len(table)} cells; both: both planted faults "
+        "named, exact: nothing else named",
+        tables.pair_outcomes(counts).reset_index().to_string(index=False),
+        "",
+        "named when planted with another fault:",
+        per_fault(table).reset_index().to_string(index=False),
+        "",
+    ]
+    masks = masking(table)
+    if len(masks):
+        text += [
+            "pairs that mask (the hidden fault named in none of the pair's cells):",
+            masks.to_string(index=False),
+            "",
+        ]
+    return [*text, *accuracy_lines(counts)]

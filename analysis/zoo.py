@@ -18,6 +18,7 @@ from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines, scored
 from analysis.harm import harmful
 from analysis.rules import HEALTHY, verdicts
 from analysis.score import accuracy_line, classifier, matrix
+from analysis.tables import markdown
 
 METHODS = ("rules", "forest")
 ROLE = "leave-one-problem-out"
@@ -132,8 +133,6 @@ def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | 
 
     `kept`: rules that some fold could not fit, with why (from `leave_one_problem_out`).
     """
-    from analysis.report import _markdown
-
     longest = table.steps.max()
     last = table[table.steps == longest]
     faults = last[last.diagnosis != HEALTHY]
@@ -152,19 +151,19 @@ def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | 
         "is fitted the same way on the same features. Fault cells whose fault did no measurable harm against their "
         "healthy twin are left out (below).",
         "",
-        _markdown(headline(table).reset_index().set_index("steps")),
+        markdown(headline(table).reset_index().set_index("steps")),
         "",
         f"Per fault and size at {longest} steps (rules):",
         "",
-        _markdown(per_fault.rename_axis("planted")),
+        markdown(per_fault.rename_axis("planted")),
         "",
     ]
     if len(counted):
         text += [f"Misses at {longest} steps (rules), by planted verdict and verdict given:", ""]
-        text += [_markdown(counted.set_index("diagnosis")), ""]
+        text += [markdown(counted.set_index("diagnosis")), ""]
     if len(harmless):
         text += ["Fault cells left out because the fault did no measurable harm (analysis/harm.py):", ""]
-        text += [_markdown(harmless.set_index("fault")), ""]
+        text += [markdown(harmless.set_index("fault")), ""]
     if kept:
         text += ["Rules some fold could not fit kept a threshold they were not fitted on there:", ""]
         text += [*kept_lines(kept), ""]

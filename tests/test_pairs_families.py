@@ -6,11 +6,13 @@ from conftest import SHORT, make_config
 from hand_records import PLANTED, THRESHOLDS, record
 
 from analysis import families, pairs
+from analysis.__main__ import main
 from analysis.load import load_records
-from analysis.report import families_section, pairs_section
+from analysis.rules import RULES
 from analysis.score import accuracy_lines
+from analysis.sections import families_section, pairs_section
 from harness.cell import run_cell
-from harness.records import write_record
+from harness.records import SCHEMA_VERSION, write_record
 
 
 def pair(first: str, second: str, seed: int = 0, **measurements) -> pd.Series:
@@ -25,17 +27,24 @@ def pair(first: str, second: str, seed: int = 0, **measurements) -> pd.Series:
     )
 
 
+def three_pairs() -> list[pd.Series]:
+    """Both, one and neither named: the second pair's dead_relu and both faults of the third left no trace."""
+    return [
+        pair("starved_loader", "no_zero_grad", **PLANTED["starved_loader"], **PLANTED["no_zero_grad"]),
+        pair("starved_loader", "dead_relu", **PLANTED["starved_loader"]),
+        pair("frozen_params", "lr_too_low"),
+    ]
+
+
+def written(rows: list[pd.Series], folder) -> str:
+    """The hand-made rows written as a sweep writes records; returns the folder as the commands print it."""
+    for row in rows:
+        write_record({**row.to_dict(), "started_at": None, "schema_version": SCHEMA_VERSION}, folder)
+    return str(folder)
+
+
 def test_a_pair_is_both_one_or_neither_named_and_masking_is_listed():
-    table = pairs.outcomes(
-        pd.DataFrame(
-            [
-                pair("starved_loader", "no_zero_grad", **PLANTED["starved_loader"], **PLANTED["no_zero_grad"]),
-                pair("starved_loader", "dead_relu", **PLANTED["starved_loader"]),  # dead_relu left no trace
-                pair("frozen_params", "lr_too_low"),  # neither left a trace
-            ]
-        ),
-        THRESHOLDS,
-    )
+    table = pairs.outcomes(pd.DataFrame(three_pairs()), THRESHOLDS)
     assert table.outcome.tolist() == ["both", "one", "neither"]
     assert table.extra.tolist() == [0, 0, 0]
     counts = pairs.summary(table)
@@ -63,8 +72,12 @@ def family_record(verdict: str, seed: int) -> pd.Series:
     )
 
 
+def nine_family_cells() -> list[pd.Series]:
+    return [family_record(v, s) for v in ("healthy", "starved_loader", "no_zero_grad") for s in range(3)]
+
+
 def test_families_are_scored_with_the_mlp_thresholds_and_refitted_leaving_one_seed_out():
-    frame = pd.DataFrame([family_record(v, s) for v in ("healthy", "starved_loader", "no_zero_grad") for s in range(3)])
+    frame = pd.DataFrame(nine_family_cells())
     table = families.predictions(frame, THRESHOLDS)
     summary = families.accuracy(table)
     assert summary[["family", "method", "correct", "total", "role"]].values.tolist() == [
@@ -75,15 +88,80 @@ def test_families_are_scored_with_the_mlp_thresholds_and_refitted_leaving_one_se
     assert families.per_fault(table).loc["no_zero_grad", "cnn rules"] == "3/3"
 
 
+def test_the_pairs_command_prints_its_tables_as_text_then_its_accuracy_lines(tmp_path, capsys):
+    folder = written(three_pairs(), tmp_path / "pairs")
+    assert main(["pairs", folder]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        f"two faults at once ({folder}): 3 pairs, 3 cells; both: both planted faults named, exact: nothing else named",
+        "dataset family  steps      role both share  one  neither exact",
+        " digits    mlp    600 in-sample  1/3   33%    1        1   3/3",
+        "",
+        "named when planted with another fault:",
+        "         fault named",
+        "     dead_relu   0/1",
+        " frozen_params   0/1",
+        "    lr_too_low   0/1",
+        "  no_zero_grad   1/1",
+        "starved_loader   2/2",
+        "",
+        "pairs that mask (the hidden fault named in none of the pair's cells):",
+        "       hidden         behind  cells  named instead",
+        "frozen_params     lr_too_low      1        nothing",
+        "   lr_too_low  frozen_params      1        nothing",
+        "    dead_relu starved_loader      1 starved_loader",
+        "",
+        "accuracy digits rules-both-named 1/3 in-sample family=mlp steps=600 faults=2",
+    ]
+
+
+def test_the_families_command_prints_its_tables_as_text_then_its_accuracy_lines(tmp_path, capsys):
+    folder = written(nine_family_cells(), tmp_path / "families")
+    assert main(["families", folder, "--out", str(tmp_path / "unused")]) == 0  # --out: still accepted
+    out, err = capsys.readouterr()
+    assert err == "" and not (tmp_path / "unused").exists()
+    absent = ", ".join(r.verdict for r in RULES if r.verdict not in ("starved_loader", "no_zero_grad"))
+    assert out.splitlines() == [
+        f"other model families ({folder}): rules: the MLP's thresholds unchanged (held out); rules-refit: refitted "
+        "on the family's own records, leaving one seed out",
+        "family dataset steps rules rules-refit",
+        "   cnn  digits   600   9/9         9/9",
+        "",
+        "correct per planted fault:",
+        "       planted cnn rules cnn rules-refit",
+        "       healthy       3/3             3/3",
+        "  no_zero_grad       3/3             3/3",
+        "starved_loader       3/3             3/3",
+        "",
+        "rules the refits could not fit kept their committed thresholds:",
+        f"  no cell of its fault in these records: {absent}",
+        "accuracy digits rules 9/9 held-out family=cnn steps=600",
+        "accuracy digits rules-refit 9/9 refit-loso family=cnn steps=600",
+    ]
+
+
+def test_the_pairs_and_families_commands_say_when_there_is_nothing_to_score(tmp_path, capsys):
+    singles = written(nine_family_cells()[:1], tmp_path / "singles")
+    assert main(["pairs", singles]) == 2
+    assert capsys.readouterr().err == f"error: no two-fault records in {singles}: `make pairs` produces them\n"
+    doubles = written(three_pairs(), tmp_path / "doubles")
+    assert main(["families", doubles]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: no single-fault record to score in {doubles}: `make families` produces them\n"
+    )
+
+
 @pytest.mark.slow
 def test_report_sections_from_real_pair_and_family_cells(tmp_path):
     for overrides in (["fault=[lr_too_high,starved_loader]"], ["model=cnn", "fault=no_zero_grad"]):
         write_record(run_cell(make_config(*SHORT, *overrides)), tmp_path / "records")
     records = load_records(tmp_path / "records")
-    text, lines = pairs_section(tmp_path, tmp_path, records)
+    text, lines = pairs_section(tmp_path, records)
     assert text[0] == "## Two faults at once" and len(lines) == 1
     assert lines[0].startswith("accuracy digits rules-both-named ") and lines[0].endswith("steps=40 faults=2")
-    text, lines = families_section(tmp_path, tmp_path, records[records.model == "cnn"])
+    text, lines = families_section(tmp_path, records[records.model == "cnn"])
     assert text[0] == "## Other model families"
     # One seed: nothing to refit on, so no rules-refit score, and the section says why.
     assert {line.split()[2] for line in lines} == {"rules"} and "family=cnn steps=40" in lines[0]
