@@ -472,7 +472,7 @@ def verdicts(
 def rules_table(thresholds_path: str | Path = THRESHOLDS_FILE) -> str:
     """The rules as a markdown table: order, verdict, feature, what it is normalized by, and its thresholds.
 
-    The README carries this table as printed by `python -m analysis rules`; a test checks they agree.
+    docs/rules.md carries it (`make docs` writes it there; a test fails when the page is stale).
     """
     budgets = fitted_budgets(thresholds_path)
     by_budget = {b: load_thresholds(b, thresholds_path) for b in budgets}

@@ -1,6 +1,6 @@
 """Bad input gets one line naming the valid choices and a non-zero exit.
 
-A fault or dataset kept outside the repository works through --config-dir, as the README shows.
+A fault or dataset kept outside the repository works through --config-dir, as docs/grid.md shows.
 """
 
 import pandas as pd

@@ -247,8 +247,8 @@ def tool_figures(summary: list[dict]) -> dict[str, tuple[int, int, int]]:
 def markdown(summary: list[dict], seeds: int) -> str:
     """The per-subject table and the comparison with the published tools, as the report includes them."""
     lines = [
-        "Real buggy programs (held out: no threshold was fitted on them; the README says which rules changed after a"
-        f" first run on them), {seeds} seeds each, majority over seeds. Detection: the buggy program not called"
+        "Real buggy programs (held out: no threshold was fitted on them; docs/realbugs.md says which rules changed"
+        f" after a first run on them), {seeds} seeds each, majority over seeds. Detection: the buggy program not called"
         " healthy and the fixed one called healthy. Diagnosis: a finding on the buggy program names one of its true"
         " fault types (benchmarks/realbugs/__main__.py, VERDICT_TYPES). A subject not ported counts as missed.",
         "",
