@@ -178,14 +178,14 @@ class NonFiniteWatch:
         device = next(self.model.parameters()).device
         buffers = [b.detach().clone() for b in self.model.buffers()]
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-        instruments._own_forward = True  # the instruments count the loop's forwards, not the doctor's
+        instruments.loop.own_forward = True  # the instruments count the loop's forwards, not the doctor's
         try:
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 outputs = instruments.layout.forward(self.model, to_device(inputs, device))
         except Exception:  # noqa: BLE001 - the user's loop may call the model differently: then say so, not crash
             return None
         finally:
-            instruments._own_forward = False
+            instruments.loop.own_forward = False
             with torch.no_grad():
                 for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
                     buffer.copy_(saved)

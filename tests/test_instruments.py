@@ -11,6 +11,8 @@ from torch import nn
 
 from harness.cell import measure
 from harness.instruments import Instruments, activation_census, dead_units, memorize, periodicity, spikes
+from harness.instruments.loop import Collector
+from harness.records import CHECKPOINT_COLUMNS, SCHEMA
 
 
 class TwoHeads(nn.Module):
@@ -53,6 +55,40 @@ def test_first_loss_and_gradient_census_known_answer():
     assert m["params_without_grad"] == 2
     assert m["params_without_grad_share"] == pytest.approx(12 / 14)  # 9 + 3 of 2 + 9 + 3 elements
     assert m["update_ratio"][0] != m["update_ratio"][0]  # NaN: a zero weight has no scale to compare with
+
+
+def observed_steps(instruments, model, steps=3):
+    """A few steps of a 4-in, 3-class loop under `instruments`, with a snapshot after each."""
+    snapshots = []
+    for x, y in instruments.watch([(torch.randn(16, 4), torch.randint(0, 3, (16,)))] * steps):
+        one_step(model, instruments, x, y)
+        snapshots.append(instruments.snapshot())
+    return snapshots
+
+
+def test_every_column_comes_from_one_collector_and_is_a_record_column():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    instruments = Instruments(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy)
+    snapshots = observed_steps(instruments, model)
+    final = instruments.finish()
+    columns = [name for collector in instruments.collectors for name in collector.columns(final=True)]
+    assert sorted(columns) == sorted(final)  # no column twice: the merge would have failed
+    assert set(final) <= set(SCHEMA.names)
+    scores = {"final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc"}  # the loop adds these
+    assert set(snapshots[-1]) | scores == set(CHECKPOINT_COLUMNS)
+
+
+def test_two_collectors_measuring_one_column_fail_loudly():
+    class SecondLoss(Collector):
+        def columns(self, final: bool) -> dict:
+            return {"first_loss": 0.0}
+
+    model = nn.Linear(4, 3)
+    instruments = Instruments(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy)
+    instruments.collectors.append(SecondLoss())
+    with pytest.raises(RuntimeError, match="'first_loss' is measured by both LossCurves and SecondLoss"):
+        observed_steps(instruments, model, steps=1)
 
 
 def test_update_ratio_reads_weight_matrices_and_not_a_bias_that_started_at_zero():

@@ -20,8 +20,8 @@ taken off the loss before the doctor records it: it wants the loss as computed.
 Without a GradScaler Lightning runs training_step, backward and gradient clipping inside
 optimizer.step(closure), after the optimizer's step pre-hook; the instruments then read the step (its rate, the
 gradient's norm at the step, the weights before the update) after the closure has run, just before the update
-(harness/instruments.py), so every measurement is what a plain loop gets. Tested with lightning 2.6;
-the older package name pytorch_lightning is used when lightning is not installed.
+(harness/instruments/loop.py, `before_update`), so every measurement is what a plain loop gets. Tested with
+lightning 2.6; the older package name pytorch_lightning is used when lightning is not installed.
 """
 
 import time

@@ -1,0 +1,124 @@
+"""Gradient clearing: whether `.grad` was cleared between one optimizer step and the next backward.
+
+On the first backward after an optimizer step, .grad should be None or zero: whatever it still holds was added
+before that step, so the next step would follow it again (a forgotten zero_grad). One parameter is read, the
+first whose gradient arrives in the run's first backward: any one would do, since a parameter that sat out the
+step's earlier backward passes holds nothing of them.
+
+A Python hook in every backward pass costs about 3% of a small model's step, so .grad is first read after
+backward, from what the optimizer step left: a new tensor (zero_grad(set_to_none=True), the default) or one
+zeroed in place and then added to (its version counter two or more ahead) is cleared. A tensor only added to
+since the step (one ahead) may be one whose zeroing the counter does not see (grad.data.zero_()), so from then on
+the hook reads it exactly, before each step's first gradient is added: only the hook ever says "carried". A
+gradient that is a view (its counter shared with other tensors) or sparse is read by the hook from the start.
+"""
+
+import math
+import weakref
+from functools import partial
+
+import torch
+
+from harness.instruments.loop import Collector, Loop
+
+
+def unhook(param: torch.Tensor, hook) -> None:
+    """Remove a tensor hook, and with the last one the tensor's hook table.
+
+    Autograd calls into Python for a table left empty too, at the cost of a hook (about 3% of a small model's step).
+    """
+    hook.remove()
+    if not param._backward_hooks:
+        param._backward_hooks = None
+
+
+class GradientClearing(Collector):
+    """Optimizer steps whose first backward found `.grad` not cleared, of those checked (grad_carried_share)."""
+
+    def __init__(self, loop: Loop):
+        self.loop = loop
+        self.carried_steps = 0  # optimizer steps whose first backward found .grad not cleared
+        self.checked_steps = 0
+        self._check_due = False  # the first backward after an optimizer step looks at .grad once
+        self._gradient_hooks: list = []
+        self._watched: torch.Tensor | None = None  # the parameter whose .grad is read (_hook_every_gradient)
+        self._exact = False  # read by the hook on every step (_read_cleared)
+        self._grad_at_step: tuple | None = None  # (weakref to .grad, its version) as the last optimizer step left it
+        self._step_hook = loop.optimizer.register_step_post_hook(self._after_update)
+        self._hook_every_gradient()
+
+    def after_backward(self, loss) -> None:
+        if self._check_due and not self._exact and self._watched is not None:
+            self._read_cleared()  # before anything here or in the loop changes .grad in place
+
+    def _after_update(self, _optimizer, _args, _kwargs) -> None:
+        relearn = self._check_due and self._watched is not None
+        if relearn:
+            self._hook_every_gradient()  # a whole step without the watched parameter's gradient: learn another
+        # The hook reads any parameter as it learns it; read after backward, the one learned has no reading of
+        # its own from this step, and is read from the next.
+        self._check_due = self._exact or not relearn
+        if not self._exact and self._watched is not None:
+            grad = self._watched.grad  # what the step followed: the next backward should find it gone or zeroed
+            self._grad_at_step = None if grad is None else (weakref.ref(grad), grad._version)
+
+    def _hook_every_gradient(self) -> None:
+        """Hook every trained parameter, to learn which one's gradient arrives first (then only that one's)."""
+        self._watched, self._grad_at_step = None, None
+        for param, hook in self._gradient_hooks:
+            unhook(param, hook)
+        self._gradient_hooks = [
+            (p, p.register_hook(partial(self._on_gradient, p))) for _, p in self.loop.named_params if p.requires_grad
+        ]
+
+    def _on_gradient(self, param: torch.Tensor, grad: torch.Tensor) -> None:
+        """Runs when backward has computed `param`'s gradient, before it is added into `param.grad`."""
+        if self._watched is None:  # the run's first gradient, or one after the watched parameter sat out a step
+            self._watched = param
+            for hooked, hook in self._gradient_hooks:
+                if not (self._exact and hooked is param):
+                    unhook(hooked, hook)
+            self._gradient_hooks = [pair for pair in self._gradient_hooks if self._exact and pair[0] is param]
+            if not self._exact:
+                return  # read after backward from now on (_read_cleared)
+        if not self._check_due or self.loop.own_forward:
+            return
+        self._check_due = False
+        self.checked_steps += 1
+        held = param.grad
+        self.carried_steps += int(held is not None and bool(held.ne(0).any()))
+
+    def _read_exactly(self) -> None:
+        """From now on the hook reads the watched parameter's .grad before each step's first gradient is added."""
+        self._exact = True
+        param = self._watched
+        self._gradient_hooks = [(param, param.register_hook(partial(self._on_gradient, param)))]
+
+    def _read_cleared(self) -> None:
+        """After the first backward since an optimizer step, whether the watched .grad was cleared in between."""
+        grad, at_step = self._watched.grad, self._grad_at_step
+        if grad is None:
+            return  # no gradient reached it in this backward: look again after the next
+        if grad.is_sparse or grad._base is not None:
+            self._check_due = False
+            self._read_exactly()
+            return
+        if at_step is not None and at_step[0]() is grad:
+            ahead = grad._version - at_step[1]
+            if ahead == 0:
+                return  # no gradient reached it in this backward
+            if ahead == 1:  # added to and not zeroed, or zeroed where the counter does not see it: the hook tells
+                self._check_due = False
+                self._read_exactly()
+                return
+        self._check_due = False
+        self.checked_steps += 1  # cleared: a new tensor, or zeroed in place before backward added to it
+
+    def close(self) -> None:
+        self._step_hook.remove()
+        for param, hook in self._gradient_hooks:
+            unhook(param, hook)
+
+    def columns(self, final: bool) -> dict:
+        share = self.carried_steps / self.checked_steps if self.checked_steps else math.nan
+        return {"grad_carried_share": share}

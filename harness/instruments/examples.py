@@ -1,0 +1,48 @@
+"""Kept examples: the first training examples the loop was fed, for the reference fit (harness/reference.py).
+
+No column of its own: quick references (a ridge classifier, nearest neighbours) trained on these examples are the
+run's own yardsticks, what simple models reach on the same features and labels. The examples are kept on the
+CPU as they are seen, inputs flattened to rows; the targets become class indices once the task is known.
+"""
+
+import numpy as np
+import torch
+
+from harness.instruments.loop import Collector, Loop
+from harness.instruments.signals import example_rows
+from harness.targets import class_labels
+
+
+class KeptExamples(Collector):
+    """The first `limit` examples of the loop's batches (floating-point inputs and their targets), on the CPU."""
+
+    def __init__(self, loop: Loop, limit: int):
+        self.loop, self.limit = loop, limit
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.n_kept = 0
+
+    def see(self, inputs, targets) -> None:
+        if self.n_kept < self.limit:
+            kept = example_rows(inputs, targets, self.limit - self.n_kept)
+            if kept is not None:
+                self.kept.append(kept)
+                self.n_kept += len(kept[1])
+
+    def examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
+
+        A small training set comes round again every epoch: each example counts once. Targets are class indices;
+        None if none was kept or the task has no classes (multi-label, regression: no reference fit).
+        """
+        if not self.kept:
+            return None
+        try:
+            x = torch.cat([x for x, _ in self.kept])
+            y = class_labels(torch.cat([y for _, y in self.kept]), self.loop.task)
+        except (RuntimeError, ValueError):  # targets of different shapes from batch to batch
+            return None
+        if y is None or len(y) != len(x):
+            return None
+        _, first = np.unique(torch.cat([x, y.unsqueeze(1).float()], dim=1).numpy(), axis=0, return_index=True)
+        order = torch.from_numpy(np.sort(first))
+        return x[order], y[order]

@@ -1,0 +1,39 @@
+"""Learning rate: the rate the optimizer steps with, against the rate it was built with.
+
+Read from the optimizer's first param group just before each update, without being told of any scheduler: a
+warmup that never ends leaves the peak and the last rate a fraction of the built one. A scheduler keeps the rate
+it started from in the group's "initial_lr"; without one the rate of the first step is the built one.
+"""
+
+import math
+
+from harness.instruments.loop import Collector, Loop, before_update
+
+
+class LearningRate(Collector):
+    """The built rate, and the highest and the last rate of the optimizer's first param group."""
+
+    def __init__(self, loop: Loop):
+        self.lr_built = math.nan
+        self.lr_peak = math.nan
+        self.lr_last = math.nan
+        self._step_hook = before_update(loop.optimizer, self._before_update)
+
+    def _before_update(self, optimizer) -> None:
+        group = optimizer.param_groups[0]
+        lr = float(group["lr"])  # as a scheduler left it for this step
+        if math.isnan(self.lr_built):
+            self.lr_built = float(group.get("initial_lr", lr))  # schedulers keep the rate they started from here
+        if not lr <= self.lr_peak:  # also while the peak is NaN: no step read yet
+            self.lr_peak = lr
+        self.lr_last = lr
+
+    def close(self) -> None:
+        self._step_hook.remove()
+
+    def columns(self, final: bool) -> dict:
+        return {
+            "lr_built": self.lr_built,
+            "lr_peak_share": self.lr_peak / self.lr_built if self.lr_built > 0 else math.nan,
+            "lr_last_share": self.lr_last / self.lr_built if self.lr_built > 0 else math.nan,
+        }

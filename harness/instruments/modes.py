@@ -1,0 +1,47 @@
+"""Train/eval mode: training forwards run in eval mode, and evaluation forwards left in training mode.
+
+Dropout and BatchNorm act differently in the two modes: training in eval mode trains without dropout and on
+frozen BatchNorm statistics; evaluating in train mode scores a noisy model and moves BatchNorm's statistics. A
+forward with gradients enabled is a training forward, one without an evaluation forward. A model with neither
+kind of layer is not hooked at all: there the mode changes nothing.
+"""
+
+import torch
+from torch import nn
+
+from harness.instruments.loop import Collector, Loop
+
+MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
+
+
+class Modes(Collector):
+    """Counts of the loop's training and evaluation forwards, and of those in the other mode."""
+
+    def __init__(self, loop: Loop):
+        self.loop = loop
+        self.has_modes = any(isinstance(m, MODE_DEPENDENT) for m in loop.model.modules())
+        self.forwards = {"train": 0, "train_in_eval": 0, "eval": 0, "eval_in_train": 0}
+        # Hooks cost their call on every step of a loop whose step may take a millisecond: only where the mode
+        # changes something.
+        self._hook = loop.model.register_forward_pre_hook(self._before_forward) if self.has_modes else None
+
+    def _before_forward(self, model, _inputs) -> None:
+        if self.loop.own_forward or not self.has_modes:
+            return  # without dropout or BatchNorm the mode changes nothing
+        if torch.is_grad_enabled():  # a training forward
+            self.forwards["train"] += 1
+            self.forwards["train_in_eval"] += not model.training
+        else:  # an evaluation forward
+            self.forwards["eval"] += 1
+            self.forwards["eval_in_train"] += model.training
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+
+    def columns(self, final: bool) -> dict:
+        forwards = self.forwards
+        return {
+            "train_in_eval_share": forwards["train_in_eval"] / forwards["train"] if forwards["train"] else 0.0,
+            "eval_in_train_share": forwards["eval_in_train"] / forwards["eval"] if forwards["eval"] else 0.0,
+        }

@@ -1,0 +1,211 @@
+"""The observer the training loop talks to: a thin composition of the collectors.
+
+`Instruments` builds the shared `Loop` and one collector per measurement, hands each batch and each backward pass
+to the collectors that listen for them, and at a snapshot or at the end asks every collector for its columns and
+merges them into one record (a column two collectors both produce is a bug: it fails loudly). What each column
+means is in the collector that produces it; the hooks are the collectors' own.
+
+The collectors run in the order of `self.collectors`, which matters in three places: the gradient clearing
+check reads `.grad` before anything else after backward; the probe grows before the activation census may run
+on it; and the data wait is read first at the end, so that the loop's time does not include the measuring.
+"""
+
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+from torch import nn
+
+from harness.batches import BatchLayout
+from harness.instruments.activations import Activations
+from harness.instruments.amp import AmpScale
+from harness.instruments.census import GradientCensus
+from harness.instruments.clearing import GradientClearing
+from harness.instruments.clipping import Clipping
+from harness.instruments.data_wait import DataWait
+from harness.instruments.examples import KeptExamples
+from harness.instruments.labels import Labels
+from harness.instruments.learning_rate import LearningRate
+from harness.instruments.loop import Collector, Loop
+from harness.instruments.losses import LossCurves
+from harness.instruments.modes import Modes
+from harness.instruments.optimizer_steps import OptimizerSteps
+from harness.instruments.outputs import Outputs
+from harness.instruments.probe import Probe
+from harness.instruments.update_ratios import UpdateRatios
+
+
+class Instruments:
+    """Observes one training loop. Create it before the loop, call `finish()` after it."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: Callable,
+        census_every: int = 50,
+        keep_examples: int = 1024,
+        scaler: "torch.amp.GradScaler | None" = None,
+        layout: BatchLayout | None = None,
+        fresh_gradient: bool = True,
+    ):
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.layout = layout if layout is not None else BatchLayout(model)  # where each batch keeps inputs, targets
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self.keep_examples = keep_examples
+        self.loop = loop = Loop(model, optimizer, loss_fn, self.layout, self.scaler, census_every)
+        self.named_params = loop.named_params
+        # Built in the order they run (see the module docstring); each registers its hooks as it is built.
+        self.data_wait = DataWait()
+        self.clearing = GradientClearing(loop)
+        self.optimizer_steps = OptimizerSteps(loop)
+        self.losses = LossCurves(loop)
+        self.probe_batch = Probe()
+        self.activations = Activations(loop, self.probe_batch)
+        self.labels = Labels(loop)
+        self.examples = KeptExamples(loop, keep_examples)
+        self.census = GradientCensus(loop, fresh_gradient)
+        self.learning_rate = LearningRate(loop)
+        self.clipping = Clipping(loop)
+        self.update_ratios = UpdateRatios(loop, self.census)
+        self.amp = AmpScale(loop, self.optimizer_steps)
+        self.outputs = Outputs(loop, self.probe_batch)
+        self.modes = Modes(loop)
+        self.collectors: list[Collector] = [
+            self.data_wait,
+            self.clearing,
+            self.optimizer_steps,
+            self.losses,
+            self.probe_batch,
+            self.activations,
+            self.labels,
+            self.examples,
+            self.census,
+            self.learning_rate,
+            self.clipping,
+            self.update_ratios,
+            self.amp,
+            self.outputs,
+            self.modes,
+        ]
+        # Only the collectors that listen for an event are called on it: these run on every step of the loop.
+        self._seeing = [c for c in self.collectors if type(c).see is not Collector.see]
+        self._hearing = [c for c in self.collectors if type(c).after_backward is not Collector.after_backward]
+
+    # ----- where the loop is, for the training loop, the doctor and the tests -----------------------------------
+    @property
+    def step(self) -> int:
+        """Index of the step whose backward was seen last (-1 before the first)."""
+        return self.loop.step
+
+    @property
+    def last_inputs(self):
+        """The last batch's inputs (a tensor, or a tuple or dict of them), as the layout takes them."""
+        return self.loop.last_inputs
+
+    @property
+    def last_targets(self) -> torch.Tensor | None:
+        return self.loop.last_targets
+
+    @property
+    def probe(self):
+        """The probe batch's inputs (harness/instruments/probe.py); None until the first batch is seen."""
+        return self.probe_batch.inputs
+
+    @property
+    def kept_at_step(self) -> list[float]:
+        """Per measured optimizer step: the gradient's norm at the step over its norm after backward."""
+        return self.clipping.kept_at_step
+
+    @property
+    def forwards(self) -> dict[str, int]:
+        """The loop's training and evaluation forwards, and those in the other mode (models with modes only)."""
+        return self.modes.forwards
+
+    @property
+    def checked_steps(self) -> int:
+        """Optimizer steps whose gradient clearing was read."""
+        return self.clearing.checked_steps
+
+    def is_census_step(self, step: int) -> bool:
+        return self.loop.is_census_step(step)
+
+    # ----- the loop's events ------------------------------------------------------------------------------------
+    def watch(self, batches: Iterable, then: Callable[[], None] | None = None) -> Iterator:
+        """Yield the batches of `batches`, timing how long the loop waits for each one; `then()` after each is seen."""
+        for batch, waited_s in self.data_wait.timed(batches):
+            self.see(batch, waited_s)
+            if then is not None:
+                then()
+            yield batch
+
+    def see(self, batch, waited_s: float = 0.0) -> None:
+        """One batch the loop is about to train on, and how long it waited for it.
+
+        `watch` calls it for each batch it yields; a loop the instruments do not iterate (a framework's callbacks)
+        calls it itself, before the batch's forward pass.
+        """
+        self.data_wait.add(waited_s)  # before the batch is read: a batch the layout refuses was still waited for
+        inputs, targets = self.layout.split(batch)
+        self.loop.last_inputs, self.loop.last_targets = inputs, targets
+        for collector in self._seeing:
+            collector.see(inputs, targets)
+
+    def after_backward(self, loss: torch.Tensor) -> None:
+        """Call once per step, after `loss.backward()` and before `optimizer.step()`."""
+        self.loop.advance()
+        for collector in self._hearing:
+            collector.after_backward(loss)
+
+    def log_validation(self, step: int, loss: float, accuracy: float) -> None:
+        self.losses.log_validation(step, loss, accuracy)
+
+    # ----- the measurements ------------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The scalar measurements of the loop so far, as if it stopped now; the hooks stay in place."""
+        return self._measure(final=False)
+
+    def finish(self) -> dict:
+        """Remove the hooks and return every measurement, keyed by record column."""
+        for collector in self.collectors:
+            collector.close()
+        return self._measure(final=True)
+
+    def _measure(self, final: bool) -> dict:
+        measured: dict = {}
+        measured_by: dict[str, Collector] = {}
+        for collector in self.collectors:
+            for name, value in collector.columns(final).items():
+                if name in measured_by:
+                    raise RuntimeError(
+                        f"column {name!r} is measured by both {type(measured_by[name]).__name__} and"
+                        f" {type(collector).__name__}"
+                    )
+                measured[name], measured_by[name] = value, collector
+        return measured
+
+    def kept_examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
+
+        A small training set comes round again every epoch: each example counts once. Targets are class indices;
+        None if none was kept or the task has no classes (multi-label, regression: no reference fit).
+        """
+        return self.examples.examples()
+
+
+class NoInstruments(Instruments):
+    """The same interface doing nothing: the bare loop of the benchmarks."""
+
+    def __init__(self):
+        pass
+
+    def watch(self, batches: Iterable) -> Iterator:
+        return iter(batches)
+
+    def after_backward(self, loss: torch.Tensor) -> None:
+        pass
+
+    def log_validation(self, step: int, loss: float, accuracy: float) -> None:
+        pass
+
+    def finish(self) -> dict:
+        return {}

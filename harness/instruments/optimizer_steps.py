@@ -1,0 +1,36 @@
+"""Optimizer steps: how many the loop took, and how many backward passes each one followed.
+
+A plain loop takes one backward pass per optimizer step; a loop that accumulates gradients on purpose takes k.
+Read from the optimizer's step hook, so a step the GradScaler skipped (gradients not finite) is not counted.
+"""
+
+from harness.instruments.loop import Collector, Loop
+from harness.instruments.signals import finite_median
+
+
+class OptimizerSteps(Collector):
+    """The optimizer steps taken, and the backward passes before each."""
+
+    def __init__(self, loop: Loop):
+        self.optimizer_steps = 0
+        self.backwards_per_step: list[int] = []
+        self._backwards_since_step = 0
+        self._step_hook = loop.optimizer.register_step_post_hook(self._after_update)
+
+    def after_backward(self, loss) -> None:
+        self._backwards_since_step += 1
+
+    def _after_update(self, _optimizer, _args, _kwargs) -> None:
+        self.optimizer_steps += 1
+        self.backwards_per_step.append(self._backwards_since_step)
+        self._backwards_since_step = 0
+
+    def close(self) -> None:
+        self._step_hook.remove()
+
+    def columns(self, final: bool) -> dict:
+        return {
+            # Per optimizer step: median backward passes (1 in a plain loop, k when accumulating on purpose).
+            "backwards_per_step": finite_median(self.backwards_per_step),
+            "optimizer_steps": self.optimizer_steps,
+        }

@@ -1,0 +1,165 @@
+"""Outputs: what the model hands the loss, read on census steps, and what its output can do on the probe batch.
+
+The first training forward shows the task (class indices, one-hot rows, multi-label, regression: harness/
+targets.py) and what the loss computes; both go to `Loop` for the other collectors. On each census step's
+training forward: the share of output rows that are already probabilities (a softmax before a loss that applies
+its own: a double softmax), and the share of examples whose label the model confidently contradicts (wrong
+labels a model that has learned the rule refuses to fit). As the run stops, on the probe batch in eval mode:
+how much the output varies across examples (0 for a constant output), which targets it can reach at all (a
+sigmoid cannot reach -1), and how far apart the logits a softmax loss exponentiates can get.
+"""
+
+import math
+
+import torch
+
+from harness.batches import BatchError
+from harness.instruments.loop import Collector, Loop
+from harness.instruments.probe import Probe
+from harness.instruments.signals import finite_median, last_module
+from harness.targets import (
+    SOFTMAX_LOSSES,
+    TaskError,
+    class_labels,
+    identify_loss,
+    output_reach,
+    output_spread,
+    task_of,
+    unreachable_share,
+)
+
+SHAPED_TASKS = ("onehot", "binary", "multilabel", "regression")  # targets shaped like the output, not class indices
+
+
+class Outputs(Collector):
+    """The task and the loss, the census steps' output readings, and the output checks on the probe."""
+
+    def __init__(self, loop: Loop, probe: Probe):
+        self.loop, self.probe = loop, probe
+        self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
+        self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
+        # Hooked exactly while the next step is a census step: the only forwards it reads, and a hook on every
+        # forward costs its call on every step of a loop whose step may take a millisecond.
+        self._hook = None
+        self._arm()
+
+    def after_backward(self, loss) -> None:
+        self._arm()  # the next step's turn
+
+    def _arm(self) -> None:
+        """Hook the model's output exactly while the next step is a census step: the only forwards it reads."""
+        census_next = self.loop.census_next
+        if census_next and self._hook is None:
+            self._hook = self.loop.model.register_forward_hook(self._after_forward)
+        elif not census_next and self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _after_forward(self, _model, _inputs, output) -> None:
+        loop = self.loop
+        if loop.own_forward or not torch.is_grad_enabled() or not loop.census_next:
+            return
+        output = loop.layout.output_or_none(output)  # a Hugging Face model returns an object holding the logits
+        if output is None:
+            return
+        if loop.task is None and loop.last_targets is not None:
+            self._read_task(output, loop.last_targets)
+        if torch.is_tensor(output) and output.dim() == 2 and output.shape[1] > 1:
+            # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied. That is
+            # a double softmax only for a loss that applies a softmax of its own (not MSE on a Keras-style output).
+            out = output.detach().float()
+            rows = (out.amin(dim=1) >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
+            self.output_prob.append(float(rows.float().mean()) if loop.loss_kind in SOFTMAX_LOSSES else 0.0)
+            self._disagreement(out if bool(rows.all()) else out.softmax(dim=1))
+
+    def _read_task(self, output, targets) -> None:
+        """The task and the loss, from the first training forward's output and its batch's targets."""
+        try:
+            self.loop.task = task_of(targets, output)
+        except TaskError:
+            self.loop.task = "unknown"
+            return
+        self.loop.loss_kind = identify_loss(self.loop.loss_fn, output.detach(), targets.to(output.device))
+
+    def _disagreement(self, probabilities: torch.Tensor) -> None:
+        """Share of this batch's examples whose label the model contradicts: another class first, the label p < 0.1.
+
+        A model that has learned the rule but is fed some wrong labels still ranks the true class first and gives
+        the wrong label almost nothing; a model that is merely unsure spreads its probability instead.
+        """
+        task, targets = self.loop.task, self.loop.last_targets
+        if task not in ("multiclass", "onehot") or not torch.is_tensor(targets):
+            return
+        labels = class_labels(targets, task)
+        if labels.shape[0] != probabilities.shape[0] or int(labels.max()) >= probabilities.shape[1]:
+            return
+        if labels.device != probabilities.device:
+            labels = labels.to(probabilities.device)
+        given = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
+        other_first = probabilities.argmax(dim=1) != labels
+        self.disagreement.append((self.loop.step + 1, float((other_first & (given < 0.1)).float().mean())))
+
+    def _output_checks(self) -> dict:
+        """What the output can do now, on the probe batch: how much it varies, and which targets it can reach."""
+        checks = {"output_spread": math.nan, "target_reach_gap": math.nan, "logit_reach_span": math.nan}
+        if self.probe.inputs is None:
+            return checks
+        loop = self.loop
+        model, task, loss_kind = loop.model, loop.task, loop.loss_kind
+        probe = loop.on_model_device(self.probe.inputs)
+        was_training = model.training
+        try:
+            with loop.own_forward_pass():
+                model.eval()
+                with torch.no_grad():
+                    try:
+                        out = loop.layout.forward(model, probe)
+                    except BatchError:  # an output the doctor cannot read: the output checks stay unmeasured
+                        out = None
+                if out is not None:
+                    checks["output_spread"] = output_spread(out)
+                reach = None
+                if out is not None and (task in SHAPED_TASKS or loss_kind in SOFTMAX_LOSSES):
+                    reach = output_reach(model, probe, forward=loop.layout.forward)
+        finally:
+            model.train(was_training)
+        finite = torch.is_tensor(out) and bool(torch.isfinite(out).all())
+        if reach is not None and loss_kind in SOFTMAX_LOSSES and not reach[2] and finite:
+            # How far apart the values a softmax loss exponentiates can get: a linear output layer reaches any
+            # logits, a sigmoid or tanh on it at most 1 or 2 apart, so no class can ever get much probability.
+            # (Rows that always sum to 1 are a softmax applied already: output_prob_share reads those. A model
+            # whose own outputs are not finite, its weights gone to inf or NaN, has no reach to read.)
+            checks["logit_reach_span"] = reach[1] - reach[0]
+        # Class indices are not output values: the reach means something only for targets shaped like the output.
+        if reach is not None and task in SHAPED_TASKS:
+            # What the loss compares with the targets is its own activation of the output, where it applies one:
+            # cross_entropy's softmax (rows that sum to 1), binary_cross_entropy_with_logits' sigmoid.
+            if loss_kind in SOFTMAX_LOSSES:
+                reach = (0.0, 1.0, True)
+            elif loss_kind == "bce_logits":
+                reach = (0.0, 1.0, reach[2])
+            checks["target_reach_gap"] = unreachable_share(self.probe.targets, *reach)
+        return checks
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+
+    def columns(self, final: bool) -> dict:
+        step = self.loop.step
+        scalars = {
+            **self._output_checks(),
+            "output_prob_share": finite_median(self.output_prob),
+            # The later half of the run only: before it has learned anything a model disagrees with no label.
+            "confident_disagreement": finite_median(d for at, d in self.disagreement if 2 * at >= step),
+            # At its highest: a model that has learned the rule but not yet memorized the wrong labels.
+            "confident_disagreement_peak": max((d for _, d in self.disagreement), default=math.nan),
+        }
+        if not final:
+            return scalars
+        return {
+            **scalars,
+            "task": self.loop.task or "unknown",
+            "output_layer": last_module(self.loop.model),
+            "loss_kind": self.loop.loss_kind,
+        }

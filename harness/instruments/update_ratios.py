@@ -1,0 +1,76 @@
+"""Update ratios: how far an optimizer step moves each parameter, against the parameter's own size.
+
+Against the weights' own size, the step says whether the rate fits the model, whatever kind of optimizer computed
+it: a large ratio for a rate too high, a tiny one for a rate too low. It is read on the first optimizer step at
+or after each census step (the weights copied just before the update, compared just after).
+"""
+
+import math
+
+import torch
+
+from harness.instruments.census import GradientCensus
+from harness.instruments.loop import Collector, Loop, before_update
+from harness.instruments.signals import finite_median, read_scalars
+
+
+class UpdateRatios(Collector):
+    """Per measured optimizer step, per parameter: the norm of the update over the norm of the weights before it."""
+
+    def __init__(self, loop: Loop, census: GradientCensus):
+        self.loop, self.census = loop, census
+        self.update_ratios: list[list[float]] = []
+        self._weights_before: list[torch.Tensor] | None = None
+        self._due = False  # a census asked for the update ratio of the next optimizer step
+        self._hooks = [
+            before_update(loop.optimizer, self._before_update),
+            loop.optimizer.register_step_post_hook(self._after_update),
+        ]
+
+    def after_backward(self, loss) -> None:
+        # The first optimizer step at or after a census: with gradient accumulation the census's own backward
+        # pass is seldom the one an optimizer step follows.
+        if self.loop.census_now:
+            self._due = True
+
+    def _before_update(self, _optimizer) -> None:
+        if self._due:
+            with torch.no_grad():
+                self._weights_before = torch._foreach_mul([p for _, p in self.loop.named_params], 1.0)  # copies
+            self._due = False
+
+    def _after_update(self, _optimizer, _args, _kwargs) -> None:
+        if self._weights_before is None:
+            return
+        with torch.no_grad():
+            params = [param for _, param in self.loop.named_params]
+            moves = torch._foreach_norm(torch._foreach_sub(params, self._weights_before))
+            values = read_scalars([*moves, *torch._foreach_norm(self._weights_before)])
+        moves, scales = values[: len(params)], values[len(params) :]
+        self.update_ratios.append(
+            [move / scale if scale > 0 else math.nan for move, scale in zip(moves, scales, strict=True)]
+        )
+        self._weights_before = None
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+    def columns(self, final: bool) -> dict:
+        never = self.census.never_got_gradient()
+        ratios_by_param = list(zip(*self.update_ratios, strict=True)) if self.update_ratios else []
+        update_ratio = [finite_median(r) for r in ratios_by_param]
+        # Per census: the median over weight matrices that got gradients. Its peak reads the rate even when a run
+        # that diverged has stopped moving by the end (dead units pass no gradient). Biases and other vectors
+        # are left out: one that starts at zero (Keras's default) has no size to compare a step with, and its
+        # ratio is 1/steps-so-far whatever the rate. A model with no matrices is read on all its parameters.
+        matrices = [p.dim() >= 2 for _, p in self.loop.named_params]
+        if not any(matrices):
+            matrices = [True] * len(matrices)
+        counted = [m and not n for m, n in zip(matrices, never, strict=False)]
+        curve = [finite_median(r for r, c in zip(ratios, counted, strict=False) if c) for ratios in self.update_ratios]
+        scalars = {
+            "update_ratio_median": finite_median(r for r, c in zip(update_ratio, counted, strict=False) if c),
+            "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
+        }
+        return {**scalars, "update_ratio": update_ratio, "update_ratio_curve": curve} if final else scalars
