@@ -41,6 +41,17 @@ def is_tuned(dataset: str) -> bool:
     return dataset == TUNED_DATASET or dataset.startswith("zoo_")
 
 
+def past(edge: float, upward: bool) -> float:
+    """A cut just past an extreme value: twice or half of it when it is positive, else one unit further.
+
+    Scaling keeps the cut in proportion on features that span orders of magnitude; at or under zero there is no
+    proportion to keep.
+    """
+    if edge > 0:
+        return float(edge * (2.0 if upward else 0.5))
+    return float(edge + (1.0 if upward else -1.0))
+
+
 def fit_stump(values: pd.Series, positive: pd.Series, above: bool, log: bool) -> float | None:
     """The threshold that best separates `positive` (should fire) from the rest on `values`; None if none can."""
     known = values.notna()
@@ -52,21 +63,16 @@ def fit_stump(values: pd.Series, positive: pd.Series, above: bool, log: bool) ->
         return None
     if not (~y).any():
         # Every record this rule still sees is its own fault (the others lack the measurement, e.g. no tanh
-        # units to saturate): fire from half the weakest value on, a cut no pair of values would offer.
-        edge = cuts[0] if above else cuts[-1]
-        if edge > 0:
-            return float(edge * (0.5 if above else 2.0))
-        return float(edge - 1.0 if above else edge + 1.0)
+        # units to saturate): fire from just past the weakest value, a cut no pair of values would offer.
+        return past(cuts[0] if above else cuts[-1], upward=not above)
     candidates = []
     for low, high in itertools.pairwise(cuts):
         use_log = log and low > 0
         candidates.append(
             (math.sqrt(low * high) if use_log else (low + high) / 2, math.log(high / low) if use_log else high - low)
         )
-    # Beyond every value: the rule fires on nothing, chosen only when that is strictly better.
-    beyond = cuts[-1] if above else cuts[0]
-    far = beyond * (2.0 if above else 0.5) if log and beyond > 0 else beyond + (1.0 if above else -1.0)
-    candidates.append((far, -1.0))
+    # Just past every value: the rule fires on nothing, chosen only when that is strictly better.
+    candidates.append((past(cuts[-1] if above else cuts[0], upward=above), -1.0))
     best = None
     for threshold, gap in candidates:
         fires = x > threshold if above else x < threshold

@@ -91,10 +91,20 @@ def test_fitting_recovers_a_planted_threshold():
     )
 
 
+def test_a_rule_that_sees_only_its_own_fault_fires_on_all_and_one_past_every_value_on_none():
+    # A cut past an extreme value: twice or half of it when positive, one unit further at or under zero.
+    everyone = pd.Series([True] * 3)
+    assert fit_stump(pd.Series([0.2, 0.5, 0.9]), everyone, above=True, log=False) == 0.1  # half the weakest
+    assert fit_stump(pd.Series([-3.0, -1.0, 0.0]), everyone, above=False, log=False) == 1.0  # fires on all three
+    assert fit_stump(pd.Series([2e-4, 1e-3, 5e-3]), everyone, above=False, log=True) == 1e-2
+    top_only = pd.Series([False, False, True])  # a below rule's fault at the top: no cut separates it
+    assert fit_stump(pd.Series([-3.0, -1.0, 0.0]), top_only, above=False, log=False) == -4.0  # fires on none
+
+
 def test_a_rule_that_cannot_separate_fires_on_nothing_and_one_with_no_fault_keeps_its_fallback():
     values = pd.Series([0.1, 0.2, 0.3, 0.4])
     mixed = pd.Series([True, False, False, False])  # its only fault sits below the healthy ones
-    assert fit_stump(values, mixed, above=True, log=False) > 0.4  # firing on nothing: 1 error, any cut more
+    assert fit_stump(values, mixed, above=True, log=False) == 0.8  # firing on nothing (1 error): past the highest
     assert fit_stump(values, pd.Series([False] * 4), above=True, log=False) is None
     frame = pd.DataFrame([record(diagnosis=HEALTHY, cell_id=f"h{s}", seed=s) for s in range(3)])
     fallback = {rule.verdict: 0.5 for rule in RULES}
