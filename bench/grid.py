@@ -3,7 +3,9 @@
 1. The grid of the first ten conditions (100 CPU cells: the default grid's sweep with its fault axis cut to the
    conditions whose cells all cost about what a healthy cell costs; the entry point is the real one) against
    its floor: floor = 100 x (one bare cell) / cores, where a bare cell is the same 600-step loop plus the three
-   300-step memorization runs with no instruments and no harness (no Hydra, no records, no workers).
+   300-step memorization runs with no instruments and no harness (no Hydra, no records, no workers). Beside it,
+   from the records, the cells' own wall time and the sweep's fixed costs: from launch to the first cell's start
+   (the workers' imports) and from the last cell's end to exit.
 2. Instrument overhead: the 600-step loop with the instruments against the same loop without them.
 3. The same grid on 2 workers against 1 worker.
 
@@ -11,6 +13,7 @@ Run it with `make bench` (about 3 minutes on 2 cores). The machines are shared a
 of repeated, interleaved runs, and only ratios taken within this run are worth quoting.
 """
 
+import gc
 import os
 import statistics
 import subprocess
@@ -62,18 +65,22 @@ def loop_overhead(measure, repeats=7) -> tuple[float, float]:
     return statistics.median(bare), statistics.median(observed)
 
 
-def grid_seconds(records: Path, jobs: int) -> tuple[float, float]:
+def grid_seconds(records: Path, jobs: int) -> tuple[float, float, float, float]:
     """Wall time of the default grid through the real entry point, from launch to exit.
 
-    Also returns the summed wall time of its cells, as their records give it.
+    Also returns the summed wall time of its cells, as their records give it, and from their start times the
+    sweep's two fixed costs: from launch to the first cell's start, and from the last cell's end to exit.
     """
     command = [sys.executable, "-m", "harness", "+sweep=default", f"fault={FAULTS}", f"run.records={records}"]
-    start = time.perf_counter()
+    launched, start = time.time(), time.perf_counter()
     subprocess.run([*command, f"hydra.sweeper.n_jobs={jobs}"], cwd=ROOT, check=True, capture_output=True)
     wall = time.perf_counter() - start
     frame = pd.read_parquet(records)
     assert len(frame) == GRID_CELLS and (frame.status == "ok").all(), "the grid must produce 100 ok records"
-    return wall, frame.wall_s.sum()
+    started = frame.started_at.map(lambda t: t.timestamp())  # the records' clock is the wall clock (UTC)
+    first_start = started.min() - launched
+    after_last = launched + wall - (started + frame.wall_s).max()
+    return wall, frame.wall_s.sum(), first_start, after_last
 
 
 def verdict(ratio: float, goal: float, at_most: bool) -> str:
@@ -87,13 +94,14 @@ def main() -> None:
     from harness.cell import measure
 
     measure(config("loop.steps=5", "memorize.steps=5"), torch.device("cpu"), True)  # first-use imports, not timed
+    gc.freeze()  # as the sweep's workers do after their imports (harness.sweep): the floor pays no more GC than they
     print(f"machine: {CORES} cores, torch {torch.__version__}, python {sys.version.split()[0]}")
 
     bare = bare_cell_seconds(measure)
     floor = GRID_CELLS * bare / CORES
     with tempfile.TemporaryDirectory() as scratch:
-        two, cells_two = grid_seconds(Path(scratch) / "two", jobs=CORES)
-        one, _ = grid_seconds(Path(scratch) / "one", jobs=1)
+        two, cells_two, first_start, after_last = grid_seconds(Path(scratch) / "two", jobs=CORES)
+        one, *_ = grid_seconds(Path(scratch) / "one", jobs=1)
     loop_bare, loop_observed = loop_overhead(measure)
     loop_ratio = loop_observed / loop_bare
 
@@ -103,6 +111,7 @@ def main() -> None:
         f"1. grid wall / floor:        {two:.1f} s / {floor:.1f} s = {grid_ratio:.2f}x", verdict(grid_ratio, 1.3, True)
     )
     print(f"   the cells' own wall / {CORES}:  {cells_two / CORES:.1f} s = {cells_ratio:.2f}x the floor")
+    print(f"   launch to the first cell:  {first_start:.1f} s; last cell's end to exit: {after_last:.1f} s")
     print(
         f"2. instrumented / bare loop: {loop_observed:.3f} s / {loop_bare:.3f} s = {loop_ratio:.3f}x",
         verdict(loop_ratio, 1.15, True),

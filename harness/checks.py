@@ -184,31 +184,55 @@ def load_dataset(dataset_cfg: DictConfig) -> tuple[np.ndarray, np.ndarray]:
     return features, np.asarray(loaded[1])
 
 
+def _load_or_why(dataset: dict) -> tuple[np.ndarray, np.ndarray] | str:
+    try:
+        return load_dataset(OmegaConf.create(dataset))
+    except ValueError as error:  # load_dataset says in one line whatever the loader raised
+        return str(error)
+
+
+def distinct_datasets(cells: Iterable[DictConfig | dict]) -> list[dict]:
+    """One small plain cell per distinct dataset and split of these cells, in order of first appearance.
+
+    `dataset_problems` of these says exactly what it says of all the cells, in the same order: a sweep sends
+    these to a worker to check, not every cell's config.
+    """
+    distinct: dict[str, dict] = {}
+    for cell in cells:
+        dataset = _plain(cell["dataset"]) if "dataset" in cell else None
+        if not isinstance(dataset, dict) or "loader" not in dataset:
+            continue
+        fraction = _select(_plain(cell["data"]), "val_fraction") if "data" in cell else _ABSENT
+        data = {} if fraction is _ABSENT else {"data": {"val_fraction": fraction}}
+        key = json.dumps([dataset, data], sort_keys=True, default=str)
+        distinct.setdefault(key, {"dataset": dataset, **data})
+    return list(distinct.values())
+
+
 def cell_problems(cells: Iterable[DictConfig | dict]) -> list[str]:
     """Every distinct problem of these resolved cells: knobs out of range, then datasets that cannot be split."""
     cells = [_plain(cell) for cell in cells]
     return list(dict.fromkeys([p for cell in cells for p in knob_problems(cell)] + dataset_problems(cells)))
 
 
-def dataset_problems(cells: Iterable[DictConfig | dict]) -> list[str]:
+def dataset_problems(cells: Iterable[DictConfig | dict], keep: bool = True) -> list[str]:
     """Every distinct problem of the datasets of these cells (see `dataset_problem`), one line each.
 
-    Each dataset is loaded once per loader spec (the zoo's hundreds of cells share thirteen) and kept for
-    the process's life, so a second check of the same dataset costs nothing.
+    Each dataset is loaded once per loader spec (the zoo's hundreds of cells share thirteen) and, with `keep`,
+    kept for the process's life, so a second check of the same dataset costs nothing. A sweep's worker checks
+    with `keep=False`: its cells load their own data, and it does not carry the datasets through them.
     """
     problems: dict[str, None] = {}  # an ordered set: one line per distinct problem, however many cells share it
     split_checked: set[tuple[str, float]] = set()
+    cache = _LOADED if keep else {}
     for cell in cells:
         dataset = _plain(cell["dataset"]) if "dataset" in cell else None
         if not isinstance(dataset, dict) or "loader" not in dataset:
             continue
         key = json.dumps(dataset, sort_keys=True, default=str)
-        if key not in _LOADED:
-            try:
-                _LOADED[key] = load_dataset(OmegaConf.create(dataset))
-            except ValueError as error:  # load_dataset says in one line whatever the loader raised
-                _LOADED[key] = str(error)
-        loaded = _LOADED[key]
+        if key not in cache:
+            cache[key] = _LOADED[key] if key in _LOADED else _load_or_why(dataset)
+        loaded = cache[key]
         fraction = _select(_plain(cell["data"]), "val_fraction") if "data" in cell else _ABSENT
         if isinstance(loaded, str):
             problems[loaded] = None

@@ -2,14 +2,19 @@
 
 `run_cells` takes resolved cell configs (the grid sweeper in hydra_plugins/ composes them from the Hydra
 grid) and is what `make sweep` ends in. `run_and_save` is the task each worker runs for one cell. This module
-imports no torch: the parent process only composes, checks and counts, and `harness.cell` is imported in
-the workers when the first cell runs there.
+imports neither torch nor scikit-learn, and on loky workers the parent process never does: it composes, checks
+the knobs and folders, and counts. The workers import what a cell needs while it composes (`warm_worker`), then
+check the datasets of the cells to run (their loaders are scikit-learn's) before the first cell goes out. (With
+one job, joblib runs everything in the parent; a Dask sweep checks the datasets there.)
 
 The workers are joblib's: loky processes on this machine by default, or a Dask cluster (`backend="dask"`),
 either one already running at `address` or a local one started for the sweep. Every worker writes its
 records straight into the records folder, so on a cluster that folder must be one all machines share.
 """
 
+import atexit
+import gc
+import multiprocessing
 import signal
 import sys
 import time
@@ -18,13 +23,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from harness.checks import dataset_problems
+from harness.checks import dataset_problems, distinct_datasets
 from harness.records import (
     QUARANTINE,
     FolderScan,
@@ -55,22 +61,42 @@ def run_and_save(cfg: DictConfig, recheck: bool = False) -> dict:
             return {"cell_id": key, "status": "elsewhere", "wall_s": 0.0, "error": reason}
         if recheck and is_done(cfg, key):
             return {"cell_id": key, "status": "done", "wall_s": 0.0, "error": None}
-        from harness.cell import run_cell  # in the worker: the parent never pays for importing torch
+        warm_worker()  # once per worker process; Dask's workers have had no warm-up
+        from harness.cell import run_cell  # here, in the worker: the sweep's own process never imports torch
 
         record = run_cell(cfg)
         write_record(record, cfg.run.records)
     return {name: record[name] for name in ("cell_id", "status", "wall_s", "error")}
 
 
+@cache  # once per process
 def warm_worker() -> None:
-    """Import what a cell needs before the first cell arrives.
+    """Import what a cell needs, in a worker before the first cell arrives.
 
-    That is torch and scikit-learn (about 2.5 s), and torch._dynamo, which torch.optim imports on first use
-    (another 1.4 s).
+    That is torch (about 1 s of CPU), torch._dynamo, which torch.optim imports at the first optimizer step
+    (about 1.2 s), and scikit-learn with scipy.stats and pandas (about 1.2 s), which the datasets' loaders
+    and the references need: every cell needs all of them.
+
+    They leave about 400,000 objects that live as long as the process, and Python's garbage collector walks
+    them again and again: six full collections while they are imported (0.9 s of the 4 s), one soon after, about
+    one every ten cells (0.2 s each) and a last one when the worker exits, which the sweep waits for (1 to 2 s).
+    So the collector is off while they are imported, and in a worker process (not the sweep's own: with one job,
+    joblib runs the cells there) they are then frozen (`gc.freeze`: left out of every later collection), as is
+    whatever else is left at exit, when every record is written. Nothing a cell measures depends on when its
+    garbage is collected.
     """
-    import torch._dynamo  # noqa: F401
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        import torch._dynamo  # noqa: F401
 
-    import harness.cell  # noqa: F401
+        import harness.cell  # noqa: F401
+    finally:
+        if multiprocessing.parent_process() is not None:
+            gc.freeze()
+            atexit.register(gc.freeze)
+        if collecting:
+            gc.enable()
 
 
 def is_done(cfg: DictConfig, key: str) -> bool:
@@ -205,7 +231,7 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out, sweep: _
             raise Refused(f"records folder {folder} cannot be written: {reason}")
     # The datasets of the cells still to run, each loaded once and checked (one class, NaN features, too few to
     # split): here rather than while composing, so that a sweep with nothing left to run loads none of them.
-    problems = dataset_problems(todo)
+    problems = _dataset_problems(todo, parallel, warming)
     if problems:
         raise Refused(*problems)
     for folder in folders:
@@ -238,6 +264,22 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out, sweep: _
         finally:
             outcomes.close()  # on Ctrl-C in this loop: joblib stops the workers when its generator is closed
     _clear_temporaries(folders)  # again at the end: a writer killed just before this sweep began is surely gone now
+
+
+def _dataset_problems(todo: list[DictConfig], parallel: Parallel, warming) -> list[str]:
+    """The problems of the datasets of the cells to run (`harness.checks.dataset_problems`), checked in a worker.
+
+    The grid's datasets are scikit-learn's, and loading them imports it (with scipy.stats and pandas, about 1.5 s
+    of CPU), as the workers do anyway: checked there, once their warm-up is over, the sweep's own process never
+    imports it and leaves that CPU to the workers' imports. Without a warm-up (Dask's workers import on first
+    use), or with nothing to run, here.
+    """
+    if warming is None or not todo:
+        return dataset_problems(todo)
+    list(warming)  # one Parallel call at a time: the warm-up has to be finished first
+    cells = distinct_datasets(todo)  # one small plain dict per dataset and split, not every cell's config
+    (problems,) = parallel([delayed(dataset_problems)(cells, keep=False)])  # unpacked: the call runs to its end
+    return problems
 
 
 def _summarize(sweep: _Sweep, wall: float, out) -> None:
