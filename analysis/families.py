@@ -6,8 +6,8 @@ Reads the records of `make families` (a small CNN on digits, a GRU on a generate
 `rules-refit` refits the thresholds on the family's own records, leaving out the seed it scores
 (leave-one-seed-out), to show what carrying the rules over costs; a rule whose fault the family's records lack
 keeps the committed threshold. Fault cells whose fault did no measurable harm against their healthy twin are
-left out (analysis/harm.py). `python -m analysis families` prints `printout`; the report's section is
-analysis/sections.py's families_section.
+left out (analysis/harm.py). `parts` builds what both `python -m analysis families` (`printout`) and the
+report's section (analysis/sections.py's families_section) show.
 """
 
 from pathlib import Path
@@ -97,8 +97,8 @@ def single_seed(table: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     return sorted(set(table.family) - set(summary.family[summary.method == "rules-refit"]))
 
 
-def printout(records: pd.DataFrame, folder: Path) -> list[str]:
-    """What `python -m analysis families` prints: the report's tables as aligned text, then the accuracy lines.
+def parts(records: pd.DataFrame, folder: Path) -> tuple[list[tables.Part], pd.DataFrame]:
+    """What the report's section and the `families` command both show, and the scores behind the accuracy lines.
 
     Raises NothingToFit when no ok single-fault record is left to score.
     """
@@ -107,26 +107,36 @@ def printout(records: pd.DataFrame, folder: Path) -> list[str]:
     if table.empty:
         raise NothingToFit(f"no single-fault record to score in {folder}: `make families` produces them")
     scores = accuracy(table)
-    text = [
-        f"other model families ({folder}): rules: the MLP's thresholds unchanged (held out); rules-refit: refitted "
-        "on the family's own records, leaving one seed out",
-        tables.family_scores(scores).reset_index().to_string(index=False, na_rep="-"),
-        "",
-        "correct per planted fault:",
-        per_fault(table).reset_index().to_string(index=False),
-        "",
+    shown = [
+        tables.Part(table=tables.family_scores(scores)),
+        tables.Part("Correct per planted fault:", per_fault(table)),
     ]
     left_out = harmless(records)
     if len(left_out):
-        counted = tables.harmless_cells(left_out, "model").reset_index()
-        text += ["left out, the fault did no measurable harm there:", counted.to_string(index=False), ""]
-    misses = tables.family_misses(table)
-    if len(misses):
-        text += ["misses of the unchanged rules:", misses.reset_index().to_string(index=False), ""]
+        counted = tables.harmless_cells(left_out, "model")
+        shown.append(tables.Part("Left out, the fault did no measurable harm there:", counted))
     single_seeded = single_seed(table, scores)
     if single_seeded:
-        text.append(f"No rules-refit score for {', '.join(single_seeded)}: leave-one-seed-out needs two seeds.")
+        shown.append(
+            tables.Part(f"No rules-refit score for {', '.join(single_seeded)}: leave-one-seed-out needs two seeds.")
+        )
     if kept:
-        text.append("rules the refits could not fit kept their committed thresholds:")
-        text += [f"  {line.removeprefix('- ')}" for line in kept_lines(kept)]
-    return [*text, *accuracy_lines(scores)]
+        heading = "Rules the refits could not fit on a family's records kept their committed thresholds:"
+        shown.append(tables.Part(heading, lines=tuple(kept_lines(kept))))
+    misses = tables.family_misses(table)
+    if len(misses):
+        shown.append(tables.Part("Misses of the unchanged rules, by planted fault and verdict:", misses))
+    return shown, scores
+
+
+def printout(records: pd.DataFrame, folder: Path) -> list[str]:
+    """What `python -m analysis families` prints: the report's parts as aligned text, then the accuracy lines.
+
+    Raises NothingToFit when no ok single-fault record is left to score.
+    """
+    shown, scores = parts(records, folder)
+    intro = (
+        f"other model families ({folder}): rules: the MLP's thresholds unchanged (held out); rules-refit: refitted "
+        "on the family's own records, leaving one seed out"
+    )
+    return [intro, *tables.as_text(shown), *accuracy_lines(scores)]

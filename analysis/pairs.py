@@ -4,7 +4,8 @@ Reads the records of `make pairs` (conf/sweep/pairs.yaml: two faults planted per
 cell's `verdicts`; the named set is every verdict whose rule fired, with the thresholds fitted on
 single faults. Each cell is `both` (both planted faults named), `one` or `neither`; `extra` counts verdicts
 named that were not planted. A fault masks another when, planted together, the other is named in no cell.
-`python -m analysis pairs` prints `printout`; the report's section is analysis/sections.py's pairs_section.
+`parts` builds what both `python -m analysis pairs` (`printout`) and the report's section (analysis/sections.py's
+pairs_section) show.
 """
 
 from pathlib import Path
@@ -98,8 +99,8 @@ def accuracy_lines(counts: pd.DataFrame) -> list[str]:
     ]
 
 
-def printout(records: pd.DataFrame, folder: Path) -> list[str]:
-    """What `python -m analysis pairs` prints: the report's tables as aligned text, then the accuracy lines.
+def parts(records: pd.DataFrame, folder: Path) -> tuple[list[tables.Part], pd.DataFrame, pd.DataFrame]:
+    """What the report's section and the `pairs` command both show, with the outcomes and the counts behind them.
 
     Raises NothingToFit when the records hold no ok two-fault cell.
     """
@@ -107,20 +108,25 @@ def printout(records: pd.DataFrame, folder: Path) -> list[str]:
     if table.empty:
         raise NothingToFit(f"no two-fault records in {folder}: `make pairs` produces them")
     counts = summary(table)
-    text = [
-        f"two faults at once ({folder}): {pair_count(table)} pairs, {len(table)} cells; both: both planted faults "
-        "named, exact: nothing else named",
-        tables.pair_outcomes(counts).reset_index().to_string(index=False),
-        "",
-        "named when planted with another fault:",
-        per_fault(table).reset_index().to_string(index=False),
-        "",
+    shown = [
+        tables.Part(table=tables.pair_outcomes(counts)),
+        tables.Part("How often each fault was named when planted with another:", per_fault(table)),
     ]
     masks = masking(table)
     if len(masks):
-        text += [
-            "pairs that mask (the hidden fault named in none of the pair's cells):",
-            masks.to_string(index=False),
-            "",
-        ]
-    return [*text, *accuracy_lines(counts)]
+        heading = "Pairs that mask: the hidden fault was named in none of the pair's cells."
+        shown.append(tables.Part(heading, tables.pair_masking(masks)))
+    return shown, table, counts
+
+
+def printout(records: pd.DataFrame, folder: Path) -> list[str]:
+    """What `python -m analysis pairs` prints: the report's parts as aligned text, then the accuracy lines.
+
+    Raises NothingToFit when the records hold no ok two-fault cell.
+    """
+    shown, table, counts = parts(records, folder)
+    intro = (
+        f"two faults at once ({folder}): {pair_count(table)} pairs, {len(table)} cells; both: both planted faults "
+        "named, exact: nothing else named"
+    )
+    return [intro, *tables.as_text(shown), *accuracy_lines(counts)]

@@ -30,9 +30,12 @@ def build(
     ok = scores["records"]
     if ok.empty:
         failed = int((records.status != "ok").sum())
+        pairs = len(scores["pairs"])
         raise NothingToFit(
             f"nothing to report: no ok record that counts ({failed} failed or skipped, "
-            f"{len(scores['harmless'])} whose fault did no harm)"
+            f"{len(scores['harmless'])} whose fault did no harm"
+            + (f", {pairs} with two faults planted: `python -m analysis pairs` scores those" if pairs else "")
+            + ")"
         )
     out.mkdir(parents=True, exist_ok=True)
     thresholds = load_thresholds()

@@ -85,8 +85,14 @@ def leave_one_seed_out(
 
 
 def score(records: pd.DataFrame) -> dict:
-    """Every prediction and table the report shows, from ok records whose fault did harm (analysis/harm.py)."""
+    """Every prediction and table the report shows, from ok records whose fault did harm (analysis/harm.py).
+
+    Only records with one fault planted (healthy included) are scored here: a cell with two has no single right
+    verdict, and analysis/pairs.py scores it. Those are counted under "pairs".
+    """
     records = records[records.status == "ok"]
+    planted = records.verdicts.str.len()
+    pairs, records = records[planted > 1], records[planted == 1]
     hurt = harmful(records)
     harmless = records[~hurt]
     records = records[hurt]
@@ -127,6 +133,7 @@ def score(records: pd.DataFrame) -> dict:
         "loso": loso,
         "loso_total": len(tuned),
         "harmless": harmless,
+        "pairs": pairs,
     }
 
 

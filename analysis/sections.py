@@ -25,6 +25,10 @@ def slice_notes(scores: dict) -> list[str]:
     tuned = scores["records"][scores["records"].dataset == TUNED_DATASET]
     if len(tuned) and not scores["loso"]:
         notes.append(f"One seed of {TUNED_DATASET} only: no leave-one-seed-out score (it needs at least two seeds)")
+    if len(scores["pairs"]):
+        notes.append(
+            f"{len(scores['pairs'])} records with two faults planted left out: `python -m analysis pairs` scores them"
+        )
     return notes
 
 
@@ -175,9 +179,12 @@ def early_section(records: pd.DataFrame, out: Path) -> tuple[list[str], list[str
     from analysis.early import accuracy_by_budget, lines
 
     summary = accuracy_by_budget(records)
+    title = "## How early can the doctor be trusted?"
+    if summary.empty:  # records written without snapshots (a hand-made or a doctor's record)
+        return [title, "", "No record here keeps snapshots of its measurements at earlier step budgets.", ""], []
     plots.plot_early(summary, out / "early.png")
     text = [
-        "## How early can the doctor be trusted?",
+        title,
         "",
         "The same cells as they were after 50 to 600 steps (each cell keeps a snapshot of its measurements at every "
         "budget), judged with the thresholds fitted for that budget, as the doctor judges a run of that length.",
@@ -195,35 +202,21 @@ def pairs_section(folder: Path, records: pd.DataFrame | None = None) -> tuple[li
     from analysis import pairs
 
     title = "## Two faults at once"
+    absent = [title, "", f"No two-fault records in {folder}: `make pairs` produces them.", ""]
     records = optional_records(folder) if records is None else records
-    table = pairs.outcomes(records) if records is not None else None
-    if table is None or table.empty:
-        return [title, "", f"No two-fault records in {folder}: `make pairs` produces them.", ""], []
-    counts = pairs.summary(table)
-    masks = pairs.masking(table)
-    text = [
-        title,
-        "",
+    if records is None:
+        return absent, []
+    try:
+        shown, table, counts = pairs.parts(records, folder)
+    except NothingToFit:
+        return absent, []
+    intro = (
         f"Two faults planted in one cell ({folder}; {pairs.pair_count(table)} pairs that "
         "set no key twice). The diagnosis is the set of verdicts whose rules fired, with the thresholds fitted on "
         "single faults; `both` counts cells where both planted faults are in it, `exact` cells where nothing else "
-        "is. Goal: both named in at least 80% of the held-out cells.",
-        "",
-        tables.markdown(tables.pair_outcomes(counts)),
-        "",
-        "How often each fault was named when planted with another:",
-        "",
-        tables.markdown(tables.pair_named(pairs.per_fault(table))),
-        "",
-    ]
-    if len(masks):
-        text += [
-            "Pairs that mask: the hidden fault was named in none of the pair's cells.",
-            "",
-            tables.markdown(tables.pair_masking(masks)),
-            "",
-        ]
-    return text, pairs.accuracy_lines(counts)
+        "is. Goal: both named in at least 80% of the held-out cells."
+    )
+    return [title, "", intro, "", *tables.as_markdown(shown)], pairs.accuracy_lines(counts)
 
 
 def families_section(folder: Path, records: pd.DataFrame | None = None) -> tuple[list[str], list[str]]:
@@ -231,42 +224,21 @@ def families_section(folder: Path, records: pd.DataFrame | None = None) -> tuple
     from analysis import families
 
     title = "## Other model families"
+    absent = [title, "", f"No records of other families in {folder}: `make families` produces them.", ""]
     records = optional_records(folder) if records is None else records
     if records is None:
-        return [title, "", f"No records of other families in {folder}: `make families` produces them.", ""], []
-    kept: dict[str, str] = {}
-    table = families.predictions(records, kept=kept)
-    summary = families.accuracy(table)
-    text = [
-        title,
-        "",
+        return absent, []
+    try:
+        shown, scores = families.parts(records, folder)
+    except NothingToFit:
+        return absent, []
+    intro = (
         f"The same faults on other models ({folder}). `rules`: the thresholds fitted on the MLP's runs on digits and "
         "the zoo, unchanged (held out: these families were never seen while fitting). `rules-refit`: thresholds "
         "refitted on the family's own records, each seed scored by a fit without it. Fault cells whose fault did "
-        "no measurable harm against their healthy twin are left out. Goal: held out at least 95%.",
-        "",
-        tables.markdown(tables.family_scores(summary)),
-        "",
-        "Correct per planted fault:",
-        "",
-        tables.markdown(families.per_fault(table)),
-        "",
-    ]
-    harmless = families.harmless(records)
-    if len(harmless):
-        counted = tables.harmless_cells(harmless, "model")
-        text += ["Left out, the fault did no measurable harm there:", "", tables.markdown(counted), ""]
-    single_seed = families.single_seed(table, summary)
-    if single_seed:
-        text += [f"No rules-refit score for {', '.join(single_seed)}: leave-one-seed-out needs two seeds.", ""]
-    if kept:
-        text += ["Rules the refits could not fit on a family's records kept their committed thresholds:", ""]
-        text += [*kept_lines(kept), ""]
-    misses = tables.family_misses(table)
-    if len(misses):
-        text += ["Misses of the unchanged rules, by planted fault and verdict:", ""]
-        text += [tables.markdown(misses), ""]
-    return text, accuracy_lines(summary)
+        "no measurable harm against their healthy twin are left out. Goal: held out at least 95%."
+    )
+    return [title, "", intro, "", *tables.as_markdown(shown)], accuracy_lines(scores)
 
 
 def realbugs_section(folder: Path) -> tuple[list[str], list[str]]:

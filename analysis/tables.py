@@ -1,9 +1,13 @@
 """The report's tables: markdown rendering, and the frames its sections show.
 
 Each function here shapes a study's scores into the frame a reader sees (scores as `c/n`, one row per dataset,
-family or fault). The report renders them with `markdown`; the `pairs` and `families` commands print the same
-frames as aligned text (`DataFrame.to_string`), so that the terminal and the report cannot disagree.
+family or fault). A study that both the report and a command show (pairs, families) builds its output once, as a
+list of `Part`s; the report renders them with `as_markdown`, the `pairs` and `families` commands with `as_text`
+(aligned text, `DataFrame.to_string`), so that the terminal and the report cannot disagree.
 """
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -19,6 +23,35 @@ def markdown(frame: pd.DataFrame) -> str:
         "| " + " | ".join([str(i), *map(str, row)]) + " |" for i, row in zip(frame.index, frame.to_numpy(), strict=True)
     ]
     return "\n".join([header, rule, *rows])
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a study's output: a sentence (none for the study's first table), then a table or lines."""
+
+    heading: str | None = None
+    table: pd.DataFrame | None = None
+    lines: tuple[str, ...] = ()
+
+
+def as_markdown(parts: Sequence[Part]) -> list[str]:
+    """The parts as markdown lines: each heading, table and block of lines followed by a blank line."""
+    text = []
+    for part in parts:
+        text += [part.heading, ""] if part.heading else []
+        text += [markdown(part.table), ""] if part.table is not None else []
+        text += [*part.lines, ""] if part.lines else []
+    return text
+
+
+def as_text(parts: Sequence[Part]) -> list[str]:
+    """The parts as plain lines for a terminal: each heading over its aligned table or lines, then a blank line."""
+    text = []
+    for part in parts:
+        text += [part.heading] if part.heading else []
+        text += [part.table.reset_index().to_string(index=False)] if part.table is not None else []
+        text += [*part.lines, ""]
+    return text
 
 
 def _scores(frame: pd.DataFrame) -> pd.Series:
@@ -64,11 +97,6 @@ def pair_outcomes(counts: pd.DataFrame) -> pd.DataFrame:
     return shown.set_index("dataset")[["family", "steps", "role", "both", "share", "one", "neither", "exact"]]
 
 
-def pair_named(per_fault: pd.DataFrame) -> pd.DataFrame:
-    """analysis/pairs.py's per_fault laid on its side: one column per fault, one row (`named`)."""
-    return per_fault.T
-
-
 def pair_masking(masks: pd.DataFrame) -> pd.DataFrame:
     """analysis/pairs.py's masking, indexed by the hidden fault."""
     return masks.set_index("hidden")
@@ -78,7 +106,7 @@ def family_scores(summary: pd.DataFrame) -> pd.DataFrame:
     """Correct/total per family, dataset and steps (rows) and method (columns), from analysis/families.py."""
     shown = summary.assign(score=_scores)
     shown = shown.pivot(index=["family", "dataset", "steps"], columns="method", values="score").reset_index()
-    return shown.set_index("family")
+    return shown.set_index("family").fillna("-")  # "-": a method with no score there (no refit on one seed)
 
 
 def family_misses(table: pd.DataFrame) -> pd.DataFrame:

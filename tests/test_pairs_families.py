@@ -98,7 +98,7 @@ def test_the_pairs_command_prints_its_tables_as_text_then_its_accuracy_lines(tmp
         "dataset family  steps      role both share  one  neither exact",
         " digits    mlp    600 in-sample  1/3   33%    1        1   3/3",
         "",
-        "named when planted with another fault:",
+        "How often each fault was named when planted with another:",
         "         fault named",
         "     dead_relu   0/1",
         " frozen_params   0/1",
@@ -106,7 +106,7 @@ def test_the_pairs_command_prints_its_tables_as_text_then_its_accuracy_lines(tmp
         "  no_zero_grad   1/1",
         "starved_loader   2/2",
         "",
-        "pairs that mask (the hidden fault named in none of the pair's cells):",
+        "Pairs that mask: the hidden fault was named in none of the pair's cells.",
         "       hidden         behind  cells  named instead",
         "frozen_params     lr_too_low      1        nothing",
         "   lr_too_low  frozen_params      1        nothing",
@@ -128,17 +128,49 @@ def test_the_families_command_prints_its_tables_as_text_then_its_accuracy_lines(
         "family dataset steps rules rules-refit",
         "   cnn  digits   600   9/9         9/9",
         "",
-        "correct per planted fault:",
+        "Correct per planted fault:",
         "       planted cnn rules cnn rules-refit",
         "       healthy       3/3             3/3",
         "  no_zero_grad       3/3             3/3",
         "starved_loader       3/3             3/3",
         "",
-        "rules the refits could not fit kept their committed thresholds:",
-        f"  no cell of its fault in these records: {absent}",
+        "Rules the refits could not fit on a family's records kept their committed thresholds:",
+        f"- no cell of its fault in these records: {absent}",
+        "",
         "accuracy digits rules 9/9 held-out family=cnn steps=600",
         "accuracy digits rules-refit 9/9 refit-loso family=cnn steps=600",
     ]
+
+
+def test_a_family_with_one_seed_shows_no_refit_score_in_the_terminal_and_the_report(tmp_path, capsys):
+    one_seed = [family_record(v, 0) for v in ("healthy", "starved_loader")]
+    for row in one_seed:
+        row["model"], row["cell_id"] = "gru", f"gru-{row['cell_id']}"
+    folder = written([*nine_family_cells(), *one_seed], tmp_path / "families")
+    assert main(["families", folder]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:4] == [
+        "family dataset steps rules rules-refit",
+        "   cnn  digits   600   9/9         9/9",
+        "   gru  digits   600   2/2           -",
+    ]
+    assert "No rules-refit score for gru: leave-one-seed-out needs two seeds." in out
+    text, _ = families_section(tmp_path / "families")
+    assert "| gru | digits | 600 | 2/2 | - |" in "\n".join(text).splitlines()
+
+
+def test_a_report_scores_single_faults_and_sends_two_fault_records_to_the_pairs_command(tmp_path, capsys):
+    pairs_only = written(three_pairs(), tmp_path / "pairs")
+    assert main(["report", pairs_only, "--out", str(tmp_path / "r1")]) == 2
+    assert capsys.readouterr().err == (
+        "error: nothing to report: no ok record that counts (0 failed or skipped, 0 whose fault did no harm, "
+        "3 with two faults planted: `python -m analysis pairs` scores those)\n"
+    )
+    mixed = written([*three_pairs(), *nine_family_cells()], tmp_path / "mixed")
+    assert main(["report", mixed, "--out", str(tmp_path / "r2")]) == 0
+    out = capsys.readouterr().out
+    assert "3 records with two faults planted left out: `python -m analysis pairs` scores them" in out.splitlines()
+    assert "accuracy digits rules 9/9 in-sample family=cnn steps=600" in out.splitlines()
 
 
 def test_the_pairs_and_families_commands_say_when_there_is_nothing_to_score(tmp_path, capsys):
