@@ -89,7 +89,7 @@ lint: setup ## check style with ruff
 format: setup ## reformat with ruff
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
 
-bench: setup ## measure grid wall vs its floor, instrument overhead, 2 workers vs 1 (about 3 minutes)
+bench: setup ## measure grid wall vs its floor, start-up vs its floor, instrument overhead, 2 workers vs 1 (about 5 minutes)
 	$(BIN)/python bench/grid.py
 
 bench-engines: setup ## the 100-cell grid on a local Dask cluster against the joblib default (about 3 minutes)
