@@ -104,8 +104,7 @@ def run(args: argparse.Namespace, records) -> None:
 
         unfitted: dict[str, str] = {}
         table = zoo.leave_one_problem_out(records, kept=unfitted)
-        print("\n".join(zoo.describe(table, records, unfitted)))
-        print("\n".join(zoo.lines(table)))
+        print("\n".join(zoo.printout(table, records, unfitted)))
     elif args.command in ("pairs", "families"):
         from analysis import families, pairs
 

@@ -49,7 +49,9 @@ def as_text(parts: Sequence[Part]) -> list[str]:
     text = []
     for part in parts:
         text += [part.heading] if part.heading else []
-        text += [part.table.reset_index().to_string(index=False)] if part.table is not None else []
+        # allow_duplicates: the zoo's per-fault table is indexed by "planted" and has a severity column of that name
+        table = part.table.reset_index(allow_duplicates=True) if part.table is not None else None
+        text += [table.to_string(index=False)] if table is not None else []
         text += [*part.lines, ""]
     return text
 

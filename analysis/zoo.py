@@ -18,7 +18,7 @@ from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines, scored
 from analysis.harm import harmful
 from analysis.rules import HEALTHY, verdicts
 from analysis.score import accuracy_line, classifier, matrix
-from analysis.tables import markdown
+from analysis.tables import Part, as_markdown, as_text
 
 METHODS = ("rules", "forest")
 ROLE = "leave-one-problem-out"
@@ -128,10 +128,11 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["steps", "method"])
 
 
-def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | None = None) -> list[str]:
-    """The zoo's part of the report: headline table, per-fault scores, harmless sizes, and the misses.
+def parts(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | None = None) -> list[Part]:
+    """What the report's zoo section and `python -m analysis zoo` both show.
 
-    `kept`: rules that some fold could not fit, with why (from `leave_one_problem_out`).
+    That is the headline table, per-fault scores, the misses, the harmless sizes, and the rules some fold could not
+    fit. `table` is `leave_one_problem_out`'s; `kept`: rules that some fold could not fit, with why (from it too).
     """
     longest = table.steps.max()
     last = table[table.steps == longest]
@@ -143,28 +144,40 @@ def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | 
     counted = misses.groupby(["diagnosis", "severity", "rules"]).size().rename("cells").reset_index()
     harmless = harmless_counts(records)
     harmless = harmless[harmless.harmless > 0]
+    shown = [
+        Part(table=headline(table).reset_index().set_index("steps")),
+        Part(f"Per fault and size at {longest} steps (rules):", per_fault.rename_axis("planted")),
+    ]
+    if len(counted):
+        heading = f"Misses at {longest} steps (rules), by planted verdict and verdict given:"
+        shown.append(Part(heading, counted.set_index("diagnosis")))
+    if len(harmless):
+        heading = "Fault cells left out because the fault did no measurable harm (analysis/harm.py):"
+        shown.append(Part(heading, harmless.set_index("fault")))
+    if kept:
+        heading = "Rules some fold could not fit kept a threshold they were not fitted on there:"
+        shown.append(Part(heading, lines=tuple(kept_lines(kept))))
+    return shown
+
+
+def describe(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | None = None) -> list[str]:
+    """The zoo's part of the report, in markdown: what was run and how it is judged, then `parts`."""
     problems = sorted(table.dataset.unique())
-    text = [
+    intro = (
         f"Digits and {len(problems) - 1} generated problems, healthy runs under the recipes of "
         "conf/sweep/zoo_healthy.yaml and every fault at every size (`make zoo`). Each problem is judged by rules "
         "fitted without it (leave-one-problem-out), at each step budget with that budget's thresholds; the forest "
         "is fitted the same way on the same features. Fault cells whose fault did no measurable harm against their "
-        "healthy twin are left out (below).",
-        "",
-        markdown(headline(table).reset_index().set_index("steps")),
-        "",
-        f"Per fault and size at {longest} steps (rules):",
-        "",
-        markdown(per_fault.rename_axis("planted")),
-        "",
-    ]
-    if len(counted):
-        text += [f"Misses at {longest} steps (rules), by planted verdict and verdict given:", ""]
-        text += [markdown(counted.set_index("diagnosis")), ""]
-    if len(harmless):
-        text += ["Fault cells left out because the fault did no measurable harm (analysis/harm.py):", ""]
-        text += [markdown(harmless.set_index("fault")), ""]
-    if kept:
-        text += ["Rules some fold could not fit kept a threshold they were not fitted on there:", ""]
-        text += [*kept_lines(kept), ""]
-    return text
+        "healthy twin are left out (below)."
+    )
+    return [intro, "", *as_markdown(parts(table, records, kept))]
+
+
+def printout(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | None = None) -> list[str]:
+    """What `python -m analysis zoo` prints: the report's parts as aligned text, then the score lines."""
+    problems = sorted(table.dataset.unique())
+    intro = (
+        f"the zoo: digits and {len(problems) - 1} generated problems, each judged by rules and a forest fitted "
+        "without it (leave-one-problem-out), at each step budget"
+    )
+    return [intro, *as_text(parts(table, records, kept)), *lines(table)]

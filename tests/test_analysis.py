@@ -49,6 +49,49 @@ def test_a_healthy_record_is_healthy_and_every_firing_rule_is_listed():
     assert table.fired.tolist() == [["starved_loader", "unscaled_inputs"], []]
 
 
+def test_the_zoo_command_prints_the_reports_parts_as_text():
+    from analysis import zoo
+
+    twin = {"config_yaml": "loop: {steps: 600}\n", "model": "mlp", "device": "cpu", "n_val": 1000}
+    records = pd.DataFrame(
+        [
+            record(**twin, fault=HEALTHY, severity="none", final_val_acc=0.90),
+            record(**twin, fault="lr_too_low", diagnosis="lr_too_low", severity="planted", final_val_acc=0.5),
+        ]
+    )
+    table = records[["dataset", "fault", "severity", "diagnosis"]].assign(
+        family="mlp", steps=600, rules=[HEALTHY, HEALTHY], forest=[HEALTHY, "lr_too_low"]
+    )
+    kept = {"dead_relu": "no cell of its fault in these records (leaving out zoo/blobs)"}
+    assert "\n".join(zoo.printout(table, records, kept)).splitlines() == [
+        "the zoo: digits and 0 generated problems, each judged by rules and a forest fitted without it "
+        "(leave-one-problem-out), at each step budget",
+        " steps method false alarms mild      planted extreme",
+        "   600  rules   0/1 (0.0%)  0/0   0/1 (0.0%)     0/0",
+        "   600 forest   0/1 (0.0%)  0/0 1/1 (100.0%)     0/0",
+        "",
+        "Per fault and size at 600 steps (rules):",
+        "   planted planted",
+        "lr_too_low     0/1",
+        "",
+        "Misses at 600 steps (rules), by planted verdict and verdict given:",
+        " diagnosis severity   rules  cells",
+        "lr_too_low  planted healthy      1",
+        "",
+        "Rules some fold could not fit kept a threshold they were not fitted on there:",
+        "- no cell of its fault in these records (leaving out zoo/blobs): dead_relu",
+        "",
+        "false-alarms digits 0/1 steps=600",
+        "accuracy digits rules 1/1 leave-one-problem-out family=mlp steps=600 severity=none",
+        "accuracy digits forest 1/1 leave-one-problem-out family=mlp steps=600 severity=none",
+        "accuracy digits rules 0/1 leave-one-problem-out family=mlp steps=600 severity=planted",
+        "accuracy digits forest 1/1 leave-one-problem-out family=mlp steps=600 severity=planted",
+    ]
+    markdown = zoo.describe(table, records, kept)
+    for part in zoo.parts(table, records, kept):  # the same parts in the report, as markdown
+        assert part.heading is None or part.heading in markdown
+
+
 def test_a_fault_counts_as_harmful_only_against_its_healthy_twin():
     from analysis.zoo import harmless_counts
 
