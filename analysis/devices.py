@@ -5,8 +5,6 @@ width x batch size x device. The crossover table gives, for each batch size, the
 GPU's step is faster than the CPU's, and by how much. Without CUDA records it says that no GPU figures exist yet.
 """
 
-from pathlib import Path
-
 import pandas as pd
 from omegaconf import OmegaConf
 
@@ -60,33 +58,6 @@ def crossover(table: pd.DataFrame) -> pd.DataFrame | None:
             }
         )
     return pd.DataFrame(rows).set_index("batch_size")
-
-
-def plot(table: pd.DataFrame, path: Path) -> None:
-    """Time per step against width, one line per device and batch size (log-log)."""
-    from analysis.plots import pyplot  # the one place that picks the backend; here: the doctor reads, never draws
-
-    plt = pyplot()
-
-    ok = table[table.status == "ok"]
-    figure, axis = plt.subplots(figsize=(7, 5))
-    for (device, batch), group in ok.groupby(["device", "batch_size"]):
-        axis.plot(
-            group.width,
-            group.step_ms,
-            marker="o",
-            linestyle="-" if device == "cuda" else "--",
-            label=f"{device}, batch {batch}",
-        )
-    axis.set_xscale("log", base=2)
-    axis.set_yscale("log")
-    axis.set_xlabel("hidden width")
-    axis.set_ylabel("time per training step (ms, log)")
-    axis.set_title("Time per step by width, device and batch size (digits MLP)")
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
 
 
 def summary(table: pd.DataFrame) -> str:

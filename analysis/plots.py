@@ -1,8 +1,8 @@
 """The report's figures, and the one place that picks matplotlib's backend: files only, no display on these machines.
 
-`pyplot()` is how every module that draws gets matplotlib (the doctor's plot and the device study's too), so the
-backend is chosen here and nowhere else. matplotlib is imported on first use, not when this module is: the doctor
-and the sweeps import the analysis without ever drawing.
+Every figure of the report is drawn here (the device study's too), and `pyplot()` is how any other module that
+draws gets matplotlib (the doctor's plot), so the backend is chosen here and nowhere else. matplotlib is imported
+on first use, not when this module is: the doctor and the sweeps import the analysis without ever drawing.
 """
 
 from pathlib import Path
@@ -139,6 +139,33 @@ def plot_early(summary: pd.DataFrame, path: Path) -> None:
     axis.set_ylabel("share of cells diagnosed correctly")
     axis.set_title("Rules with each budget's own thresholds, on the same runs cut short")
     axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def plot_devices(table: pd.DataFrame, path: Path) -> None:
+    """The device study: time per step against width, one line per device and batch size (log-log).
+
+    `table` is analysis/devices.py's study_table.
+    """
+    plt = pyplot()
+    ok = table[table.status == "ok"]
+    figure, axis = plt.subplots(figsize=(7, 5))
+    for (device, batch), group in ok.groupby(["device", "batch_size"]):
+        axis.plot(
+            group.width,
+            group.step_ms,
+            marker="o",
+            linestyle="-" if device == "cuda" else "--",
+            label=f"{device}, batch {batch}",
+        )
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xlabel("hidden width")
+    axis.set_ylabel("time per training step (ms, log)")
+    axis.set_title("Time per step by width, device and batch size (digits MLP)")
+    axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

@@ -147,7 +147,7 @@ def zoo_section(folder: Path) -> tuple[list[str], list[str]]:
 
 def device_section(folder: Path, out: Path) -> list[str]:
     """The device study's part of the report, or a line saying how to produce it."""
-    from analysis.devices import crossover, plot, study_table
+    from analysis.devices import crossover, study_table
 
     records = optional_records(folder)
     if records is None:
@@ -158,7 +158,7 @@ def device_section(folder: Path, out: Path) -> list[str]:
             "",
         ]
     table = study_table(records)
-    plot(table, out / "device_study.png")
+    plots.plot_devices(table, out / "device_study.png")
     cross = crossover(table)
     text = [
         "## When does a GPU pay?",

@@ -10,6 +10,7 @@ from conftest import ROOT, make_config, run_entry
 
 from analysis.devices import crossover, study_table, summary
 from analysis.load import load_records
+from analysis.sections import device_section
 from harness.cell import run_cell
 
 TINY = ["+sweep=devices", "model.hidden=[32,32]", "data.batch_size=64", "loop.steps=20", "loop.timing_warmup=5"]
@@ -37,6 +38,11 @@ def test_without_cuda_the_study_runs_its_cpu_cells_and_says_no_gpu_figures_exist
     assert report.stdout.strip().splitlines()[-1].startswith("no GPU figures exist yet: device=cuda asked for")
     table = study_table(load_records(records))
     assert set(table.device) == {"cpu", "cuda"} and table.width.tolist() == [32, 32]
+    out = records.parent / "report"
+    out.mkdir()
+    text = device_section(records, out)  # the report's section draws the study's figure (analysis/plots.py)
+    assert text[0] == "## When does a GPU pay?" and "![device study](device_study.png)" in text
+    assert (out / "device_study.png").stat().st_size > 1000
 
 
 def test_crossover_finds_the_smallest_width_where_the_gpu_wins():
