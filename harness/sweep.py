@@ -246,8 +246,7 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out, sweep: _
 
     if not todo:  # nothing to run: no need to wait for the workers' warm-up
         return
-    if warming is not None:
-        list(warming)  # one Parallel call at a time: the warm-up has to be finished before the cells go out
+    # The warm-up is over: _dataset_problems waited for it (one Parallel call at a time) before checking there.
     with tqdm(total=len(todo), unit="cell", desc="cells", file=out, dynamic_ncols=True, mininterval=1) as bar:
         outcomes = parallel(delayed(run_and_save)(cfg, recheck=True) for cfg in todo)
         try:
