@@ -1,9 +1,9 @@
 """The report's tables: markdown rendering, and the frames its sections show.
 
 Each function here shapes a study's scores into the frame a reader sees (scores as `c/n`, one row per dataset,
-family or fault). A study that both the report and a command show (pairs, families) builds its output once, as a
-list of `Part`s; the report renders them with `as_markdown`, the `pairs` and `families` commands with `as_text`
-(aligned text, `DataFrame.to_string`), so that the terminal and the report cannot disagree.
+family or fault). A study that both the report and a command show (the zoo, pairs, families) builds its output
+once, as a list of `Part`s; the report renders them with `as_markdown`, the `zoo`, `pairs` and `families`
+commands with `as_text` (aligned text, `DataFrame.to_string`), so that the terminal and the report cannot disagree.
 """
 
 from collections.abc import Sequence

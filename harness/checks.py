@@ -13,7 +13,7 @@ No torch here: the sweep's parent process runs these checks and never imports to
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 from hydra.utils import instantiate
@@ -191,6 +191,14 @@ def _load_or_why(dataset: dict) -> tuple[np.ndarray, np.ndarray] | str:
         return str(error)
 
 
+def _datasets_of(cells: Iterable[DictConfig | dict]) -> Iterator[tuple[dict, object]]:
+    """For each cell whose dataset names a loader, in order: its dataset spec and its data.val_fraction (or _ABSENT)."""
+    for cell in cells:
+        dataset = _plain(cell["dataset"]) if "dataset" in cell else None
+        if isinstance(dataset, dict) and "loader" in dataset:
+            yield dataset, (_select(_plain(cell["data"]), "val_fraction") if "data" in cell else _ABSENT)
+
+
 def distinct_datasets(cells: Iterable[DictConfig | dict]) -> list[dict]:
     """One small plain cell per distinct dataset and split of these cells, in order of first appearance.
 
@@ -198,11 +206,7 @@ def distinct_datasets(cells: Iterable[DictConfig | dict]) -> list[dict]:
     these to a worker to check, not every cell's config.
     """
     distinct: dict[str, dict] = {}
-    for cell in cells:
-        dataset = _plain(cell["dataset"]) if "dataset" in cell else None
-        if not isinstance(dataset, dict) or "loader" not in dataset:
-            continue
-        fraction = _select(_plain(cell["data"]), "val_fraction") if "data" in cell else _ABSENT
+    for dataset, fraction in _datasets_of(cells):
         data = {} if fraction is _ABSENT else {"data": {"val_fraction": fraction}}
         key = json.dumps([dataset, data], sort_keys=True, default=str)
         distinct.setdefault(key, {"dataset": dataset, **data})
@@ -225,15 +229,11 @@ def dataset_problems(cells: Iterable[DictConfig | dict], keep: bool = True) -> l
     problems: dict[str, None] = {}  # an ordered set: one line per distinct problem, however many cells share it
     split_checked: set[tuple[str, float]] = set()
     cache = _LOADED if keep else {}
-    for cell in cells:
-        dataset = _plain(cell["dataset"]) if "dataset" in cell else None
-        if not isinstance(dataset, dict) or "loader" not in dataset:
-            continue
+    for dataset, fraction in _datasets_of(cells):
         key = json.dumps(dataset, sort_keys=True, default=str)
         if key not in cache:
             cache[key] = _LOADED[key] if key in _LOADED else _load_or_why(dataset)
         loaded = cache[key]
-        fraction = _select(_plain(cell["data"]), "val_fraction") if "data" in cell else _ABSENT
         if isinstance(loaded, str):
             problems[loaded] = None
         elif _number(fraction) and 0 < fraction < 1 and (key, fraction) not in split_checked:
