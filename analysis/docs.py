@@ -91,8 +91,16 @@ def rules_page() -> str:
     """docs/rules.md: the ordered rules with their thresholds per step budget."""
     text = _header("The rules", "analysis/rules.py and analysis/thresholds.json (`make fit`)")
     text += [
-        "The first rule that fires is the verdict; `healthy` when none does. A run of N steps is judged with the",
-        "thresholds of the step budget nearest to N.",
+        "A rule of kind *on its own* names a failure whenever it fires: the loop, the recipe or the data is wrong",
+        "whatever the run reached. A rule of kind *needs harm* names a failure only when the outcome gate (the last",
+        "row) is open: the run learned measurably less than quick references reach on the same data (without a",
+        "reference, for regression or multi-label targets: its training loss ended at 90% or more of its first",
+        "value, or its validation skill is at or under 0). Otherwise its finding is a *warning*, listed under the",
+        "verdict: an oddity the run did not pay for.",
+        "",
+        "The verdict is the first failing finding; without one, `unexplained_failure` when the gate is open (no check",
+        "names the cause: the report lists what was ruled out) and `healthy` otherwise, with its warnings. A run of",
+        "N steps is judged with the thresholds of the step budget nearest to N.",
         "",
         rules_table(),
     ]

@@ -68,7 +68,61 @@ def _periodic_share(m: Mapping) -> float:
 
 
 def _learnable(m: Mapping) -> float:
+    """The better of the model's and the references' validation skill; NaN for regression (no class prior)."""
+    if m.get("task") == "regression":
+        return math.nan
     return np.fmax(_skill(_get(m, "final_val_acc"), _baseline(m)), _skill(_get(m, "reference_val_acc"), _baseline(m)))
+
+
+def _own_skill(m: Mapping) -> float:
+    """The run's own skill in its task's metric: validation if measured, else training; 0 = baseline, 1 = perfect.
+
+    Accuracy above the class prior for one class per example (and per label for multi-label, where the prior
+    is known); R² itself for regression (its baseline, always predicting the mean, scores 0).
+    """
+    if m.get("task") == "regression":
+        val, train = _get(m, "final_val_acc"), _get(m, "final_train_acc")
+        return val if not math.isnan(val) else train
+    baseline = _baseline(m)
+    skill = _skill(_get(m, "final_val_acc"), baseline)
+    return skill if not math.isnan(skill) else _skill(_get(m, "final_train_acc"), baseline)
+
+
+def _skill_shortfall(m: Mapping) -> float:
+    """The share of the quick references' skill on the same data that the run's own skill falls short of.
+
+    0 when the run reaches the references, 1 when it learned nothing, negative when it beats them. Relative, so
+    that a few points short on a hard problem (references at a skill of 0.3) weigh as much as many on an easy one.
+    NaN where the references learned next to nothing (a skill under 0.05: no yardstick) or none exist.
+    """
+    reference = _skill(_get(m, "reference_val_acc"), _baseline(m))
+    if not reference > 0.05:
+        return math.nan
+    return (reference - _own_skill(m)) / reference
+
+
+def _shortfall_z(m: Mapping) -> float:
+    """How many standard errors the run's accuracy lies below the references' on the same validation examples.
+
+    Both accuracies rest on the references' validation examples (the run's own training accuracy where it has no
+    validation); the spread is that of two binomial proportions on that many examples. On a small problem a gap
+    of a few points is within sampling error. NaN where either accuracy or the count is missing.
+    """
+    reference, n = _get(m, "reference_val_acc"), _get(m, "reference_val_examples")
+    own = _get(m, "final_val_acc")
+    own = own if not math.isnan(own) else _get(m, "final_train_acc")
+    if math.isnan(reference) or math.isnan(own) or not n > 0:
+        return math.nan
+    spread = (max(reference * (1 - reference), 1e-4) + max(own * (1 - own), 1e-4)) / n
+    return (reference - own) / math.sqrt(spread)
+
+
+def _loss_left(m: Mapping) -> float:
+    """The final training loss over the first one (NaN where either is missing or the first is not positive)."""
+    first, final = _get(m, "first_loss"), _get(m, "final_train_loss")
+    if not (math.isfinite(first) and first > 0) or math.isnan(final):
+        return math.nan
+    return final / first if math.isfinite(final) else math.inf
 
 
 def _fit_vs_reference(m: Mapping) -> float:
@@ -402,6 +456,36 @@ FEATURES_LIST = [
         "the class prior",
         False,
         lambda m: _skill(_get(m, "reference_val_acc"), _baseline(m)),
+    ),
+    Feature(
+        "own_skill",
+        "the run's skill in its task's metric (validation, else training): accuracy above the class prior as a"
+        " share of the room above it; R² for regression",
+        "the class prior (R²: always predicting the mean)",
+        False,
+        _own_skill,
+    ),
+    Feature(
+        "skill_shortfall",
+        "the share of the references' validation skill the run's own skill falls short of (the outcome gate's"
+        " measurement)",
+        "a quick reference fit on the same data: what this task allows, hard or easy (0: as good, 1: learned nothing)",
+        False,
+        _skill_shortfall,
+    ),
+    Feature(
+        "shortfall_z",
+        "how many standard errors the run's accuracy lies below the references' on the same validation examples",
+        "the sampling error of both accuracies on that many examples: a few points are nothing on 50 examples",
+        False,
+        _shortfall_z,
+    ),
+    Feature(
+        "loss_left",
+        "final training loss over the first one",
+        "the run's own first loss",
+        False,
+        _loss_left,
     ),
     Feature(
         "learnable_skill",

@@ -10,10 +10,9 @@ threshold sits in the middle of that gap (the geometric middle for features that
 If firing on nothing is strictly better, the threshold lies beyond every value. Deterministic: the same records
 give the same file.
 
-A rule marked `budgeted=False` (still_improving, whose feature is normalized by the run's own length and
-whose fault is a run cut short) gets one threshold for every budget, fitted on the records as they ended. At
-a shorter budget a healthy run is then labeled as it was there: still_improving if its own continuation did
-measurably better (analysis/harm.py), healthy otherwise.
+At a shorter budget a healthy run is labeled as it was there: still_improving if its own continuation did
+measurably better (analysis/harm.py), healthy otherwise. The outcome gate (analysis/rules.py) is fitted first
+at each budget, and a rule that needs harm is fitted only on the records where the gate is open.
 
 Any slice of a grid can be fitted: a rule that cannot be fitted on the records at hand (its fault has no cell
 there, every such cell was already named by an earlier rule, or none has the rule's measurement) keeps a
@@ -30,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.features import FEATURES, at_budget, budgets_of, feature_table
-from analysis.harm import harmful, label_stopped_early
-from analysis.rules import RULES, THRESHOLDS_FILE, Rule, load_thresholds
+from analysis.harm import STILL_IMPROVING, harm_table, harmful, label_stopped_early
+from analysis.rules import OUTCOME_GATE, RULES, THRESHOLDS_FILE, Rule, gate_open, load_thresholds
 
 TUNED_DATASET = "digits"  # the tuned real dataset; the generated zoo problems are tuned on too
 
@@ -119,12 +118,16 @@ def fit_thresholds(
     table: pd.DataFrame | None = None,
     kept: dict[str, str] | None = None,
     fixed: dict[str, float] | None = None,
+    gate: float | None = None,
 ) -> dict[str, float]:
     """Thresholds for `rules`, fitted on these records (ok records, one budget) in rule order.
 
     A rule that cannot be fitted here keeps its `fallback` threshold (None: the committed threshold for the
     records' budget); `kept`, if given, receives why for each such rule. A rule with no threshold to keep is an
     error (NothingToFit). `fixed` thresholds are taken as given (they still claim the records they fire on).
+    `gate` is the outcome gate's threshold (None: the fallback's); a rule that needs harm is fitted, and claims
+    records, only where the gate is open (elsewhere its firing is a warning, never the verdict). The result
+    holds the gate's threshold too.
     """
     fixed = fixed or {}
     keep = records.status == "ok"
@@ -133,14 +136,19 @@ def fit_thresholds(
     if fallback is None:
         steps = records.steps.max() if len(records) else math.nan
         fallback = committed_thresholds(int(steps) if pd.notna(steps) else None)
+    gate = fallback.get(OUTCOME_GATE.name) if gate is None else gate
+    harmed = gate_open(table, gate)
     unclaimed = pd.Series(True, index=records.index)
-    thresholds = {}
+    thresholds = {} if gate is None else {OUTCOME_GATE.name: gate}
     for rule in rules:
-        positive = records.loc[unclaimed, "diagnosis"] == rule.verdict
+        judged = unclaimed & harmed if rule.needs_harm else unclaimed
+        positive = records.loc[judged, "diagnosis"] == rule.verdict
         if rule.verdict in fixed:
             fitted = fixed[rule.verdict]
         else:
-            fitted = fit_stump(table.loc[unclaimed, rule.feature], positive, rule.above, FEATURES[rule.feature].log)
+            fitted = fit_stump(table.loc[judged, rule.feature], positive, rule.above, FEATURES[rule.feature].log)
+        if fitted is not None:
+            fitted = rule.bounded(fitted)
         if fitted is None:
             why = why_unfitted(records, table, unclaimed, rule)
             if rule.verdict not in fallback:
@@ -150,7 +158,7 @@ def fit_thresholds(
                 kept[rule.verdict] = why
         thresholds[rule.verdict] = fitted
         fired = table[rule.feature].map(lambda v, r=rule, t=fitted: r.fires(v, t))
-        unclaimed = unclaimed & ~fired
+        unclaimed = unclaimed & ~(fired & harmed if rule.needs_harm else fired)
     return thresholds
 
 
@@ -160,29 +168,63 @@ def scored(records: pd.DataFrame) -> pd.DataFrame:
     return records[harmful(records)]
 
 
+def gate_labels(cut: pd.DataFrame, harm: pd.DataFrame) -> pd.Series:
+    """What the outcome gate should say on records at a budget: True (harmed), False, or NaN (not read on outcome).
+
+    Harmed: a fault cell whose fault cost accuracy against its healthy twin. Not harmed: a healthy run, or a fault
+    cell whose fault cost no accuracy. Faults harmful by definition or by time say nothing about the gate, and
+    neither does a healthy run cut while its own continuation still did measurably better (labeled
+    still_improving there): at a short budget nearly every run is, and the gate would open on every run that has
+    not yet reached the references.
+    """
+    labels = pd.Series(np.nan, index=cut.index, dtype=object)
+    judged = harm.by_outcome.reindex(cut.index, fill_value=False)
+    labels[judged] = harm.harmful.reindex(cut.index)[judged]
+    healthy = harm.healthy.reindex(cut.index, fill_value=False)
+    labels[healthy] = False
+    labels[healthy & (cut.diagnosis == STILL_IMPROVING)] = np.nan
+    return labels
+
+
+def fit_gate(cut: pd.DataFrame, table: pd.DataFrame, harm: pd.DataFrame) -> float | None:
+    """The outcome gate's threshold on these records at one budget, a stump like any rule's; None if none fits."""
+    labels = gate_labels(cut, harm)
+    # Within sampling error the gate stays shut whatever its threshold: only the rest can place it.
+    known = labels.notna() & ~(table.shortfall_z <= OUTCOME_GATE.beyond_noise)
+    return fit_stump(table.loc[known, OUTCOME_GATE.feature], labels[known].astype(bool), above=True, log=False)
+
+
 def fit_budgets(
     records: pd.DataFrame,
     fallback: dict[int, dict[str, float]] | None = None,
     kept: dict[int, dict[str, str]] | None = None,
+    harm: pd.DataFrame | None = None,
 ) -> dict[int, dict]:
-    """Thresholds per step budget, longest budget first.
+    """Thresholds per step budget (the outcome gate's too), longest budget first.
 
-    A rule that cannot be fitted at a budget keeps `fallback[budget]` if given, else the longest budget's fit
-    (the committed threshold at the longest budget itself); `kept[budget]` receives why.
+    `records`: ok records with their harmless fault cells (the gate is fitted on those too; the rules only on
+    healthy runs and fault cells that did harm). A rule that cannot be fitted at a budget keeps
+    `fallback[budget]` if given, else the longest budget's fit (the committed threshold at the longest budget
+    itself); `kept[budget]` receives why. `harm`: the records' `harm_table`, if already computed.
     """
+    records = records[records.status == "ok"]
+    harm = harm_table(records) if harm is None else harm.loc[records.index]
+    budgets = sorted(budgets_of(records), reverse=True)
+    cuts = {b: label_stopped_early(at_budget(records, b), records) for b in budgets}
+    tables = {b: feature_table(cut) for b, cut in cuts.items()}
+    gates = {b: fit_gate(cuts[b], tables[b], harm) for b in budgets}
     result: dict[int, dict[str, float]] = {}
-    unbudgeted = [rule.verdict for rule in RULES if not rule.budgeted]
-    fixed = {}
-    if unbudgeted:  # fitted once, on the records as they ended, for every budget
-        ended = fit_thresholds(records, fallback=(fallback or {}).get(max(budgets_of(records), default=0)))
-        fixed = {verdict: ended[verdict] for verdict in unbudgeted}
-    for budget in sorted(budgets_of(records), reverse=True):
-        cut = label_stopped_early(at_budget(records, budget), records)
+    for budget in budgets:
+        keep = harm.harmful.reindex(cuts[budget].index)
+        cut, table = cuts[budget][keep], tables[budget][keep]
         longest = result[max(result)] if result else None
         given = (fallback or {}).get(budget)
         fallback_here = given or longest
         reasons: dict[str, str] = {}
-        result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons, fixed=fixed)
+        gate = gates[budget]
+        if gate is None:
+            reasons[OUTCOME_GATE.name] = "no record here is read on its outcome"
+        result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons, table=table, gate=gate)
         if kept is not None:
             if given:
                 source = "the threshold given"
@@ -201,10 +243,11 @@ def write_thresholds(
 
     `kept[budget]`, if given, receives each rule that kept a threshold it was not fitted on here, and why.
     """
-    tuned = scored(records[records.dataset.map(is_tuned)])
+    tuned = records[(records.status == "ok") & records.dataset.map(is_tuned)]
     if tuned.empty:
         raise NothingToFit("no ok records of digits or the zoo problems to fit on: `make zoo` produces them")
     by_budget = fit_budgets(tuned, kept=kept)
+    tuned = scored(tuned)
     document = {
         "fitted_on": {
             "datasets": sorted(tuned.dataset.unique()),

@@ -92,12 +92,21 @@ def _twin_key(record: pd.Series) -> tuple:
     )
 
 
-def harmful(records: pd.DataFrame) -> pd.Series:
-    """For each record: True if its fault measurably hurt against its healthy twin (healthy cells: True)."""
+def harm_table(records: pd.DataFrame) -> pd.DataFrame:
+    """For each record: `harmful` and `by_outcome`, the two answers of the harm test, and `healthy` (planted so).
+
+    `harmful`: its fault measurably hurt against its healthy twin (healthy cells: True). `by_outcome`: that was
+    read on the run's accuracy (healthy cells, and fault cells with one fault planted judged against a twin's
+    accuracy, not by definition or by time).
+
+    The outcome gate (analysis/rules.py) is fitted on the `by_outcome` rows: what it should tell from the run
+    alone is what the twin tells here.
+    """
     keys = pd.Series([_twin_key(record) for _, record in records.iterrows()], index=records.index)
     healthy = records.fault == HEALTHY
     twins = {key: index for key, index in zip(keys[healthy], records.index[healthy], strict=True)}
-    result = pd.Series(True, index=records.index)
+    planted_healthy = (records.diagnosis == HEALTHY) & (records.verdicts.str.len() <= 1)
+    result = pd.DataFrame({"harmful": True, "by_outcome": planted_healthy, "healthy": planted_healthy})
     for index, record in records.iterrows():
         if len(record.verdicts) > 1 or record.diagnosis == HEALTHY or record.diagnosis in BY_DEFINITION:
             continue
@@ -109,9 +118,15 @@ def harmful(records: pd.DataFrame) -> pd.Series:
             continue
         reference = records.loc[twin]
         if record.diagnosis in BY_TIME:
-            result[index] = record.loop_s >= BY_TIME[record.diagnosis] * reference.loop_s
+            result.loc[index, "harmful"] = record.loop_s >= BY_TIME[record.diagnosis] * reference.loop_s
             continue
         accuracy, n = reference.final_val_acc, max(int(reference.n_val), 1)
         tolerance = _tolerance(accuracy, n)
-        result[index] = bool(np.nan_to_num(accuracy - record.final_val_acc, nan=1.0) > tolerance)
+        result.loc[index, "harmful"] = bool(np.nan_to_num(accuracy - record.final_val_acc, nan=1.0) > tolerance)
+        result.loc[index, "by_outcome"] = True
     return result
+
+
+def harmful(records: pd.DataFrame) -> pd.Series:
+    """For each record: True if its fault measurably hurt against its healthy twin (healthy cells: True)."""
+    return harm_table(records).harmful

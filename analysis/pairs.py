@@ -23,7 +23,10 @@ OUTCOMES = ("both", "one", "neither")
 def outcomes(records: pd.DataFrame, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per ok two-fault record: what was planted, what was named, and the outcome."""
     records = records[(records.status == "ok") & (records.verdicts.str.len() == 2)]
-    fired = verdicts(records, thresholds=load_thresholds() if thresholds is None else thresholds).fired
+    judged = verdicts(records, thresholds=load_thresholds() if thresholds is None else thresholds)
+    # Every rule that fired counts, warnings too: with two faults planted, the first can hide the outcome's cost
+    # of the second, and a warning still names it.
+    fired = [failing + warned for failing, warned in zip(judged.fired, judged.warnings, strict=True)]
     planted = records.verdicts
     first_named = [p[0] in f for p, f in zip(planted, fired, strict=True)]
     second_named = [p[1] in f for p, f in zip(planted, fired, strict=True)]

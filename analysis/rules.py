@@ -1,13 +1,28 @@
-"""The rules: an ordered list of readable checks over the features, each naming a verdict.
+"""The rules: an ordered list of readable checks over the features, each naming a verdict, and the outcome gate.
 
 A rule fires when one feature (analysis/features.py: every one normalized by something the run itself
-provides) crosses a named threshold. `diagnose` lists every rule that fired, in order; the first is the
-verdict, and `healthy` is what is left when none fires. The fitted rules read their thresholds from
-`analysis/thresholds.json`, written by `make fit` (`analysis.fit`) from digits and the generated problems
+provides) crosses a named threshold. What a fired rule means depends on the kind of check it is (`needs_harm`):
+
+- a check of the loop, the recipe or the data that is wrong whatever the run reached (a forgotten zero_grad,
+  validation in training mode, probabilities handed to cross_entropy, labels nothing can learn) gives a
+  *failing* finding on its own evidence;
+- a structural oddity or a risk (dead ReLUs or large activations at initialization, inputs at a large scale, a
+  train-validation gap, a small rate) gives a failing finding only when the run's outcome shows harm: the
+  outcome gate (`OUTCOME_GATE`) is open. Otherwise it is a *warning*: the run overcame it.
+
+The outcome gate is open when the run learned measurably less than quick references reach on the same data
+(`skill_shortfall` above its fitted threshold) or, where no reference exists (regression, multi-label), when
+its training loss did not fall or its validation skill is at or under the baseline.
+
+`diagnose` lists the findings: every failing one in rule order (the first is the verdict), then the warnings.
+Without a failing finding the verdict is `unexplained_failure` when the gate is open (the run did not learn as
+it should and no check names why: "not among the known causes" is a better answer than a wrong one) and
+`healthy` otherwise, with the warnings listed under it. The fitted rules and the gate read their thresholds
+from `analysis/thresholds.json`, written by `make fit` (`analysis.fit`) from digits and the generated problems
 alone, one set per step budget (50 to 600 steps): a run is judged with the thresholds of the budget nearest to
-the steps it ran. `NAIVE_RULES` is the first version, with raw readings and thresholds typed in by hand, kept so
-that the report shows what fitting and normalizing changed. Rules see measurements only, never the planted
-fault.
+the steps it ran. `NAIVE_RULES` is the first version, with raw readings and thresholds typed in by hand and no
+gate, kept so that the report shows what fitting and normalizing changed. Rules see measurements only, never
+the planted fault.
 """
 
 import json
@@ -16,12 +31,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.features import FEATURES, feature_table, features
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
 HEALTHY = "healthy"
+UNEXPLAINED = "unexplained_failure"
+FAILING, WARNING = "failing", "warning"  # the two kinds of finding
 
 
 @dataclass(frozen=True)
@@ -31,11 +49,20 @@ class Rule:
     verdict: str
     feature: str
     above: bool
+    # True: a structural oddity or a risk, failing only when the outcome gate is open (else a warning).
+    # False: wrong whatever the run reached, failing on its own evidence.
+    needs_harm: bool
     evidence: str  # filled with the run's measurements, its features, {value} and {threshold}
     next_step: str
-    # False: one threshold for every step budget, fitted on the records as they ended. For a feature that is
-    # normalized by the run's own length, where a healthy run cut short IS the fault (still_improving).
-    budgeted: bool = True
+    # A value the fitted threshold never passes, where the rule's own sentence ends (model_too_small: training
+    # accuracy short of the references' means a value under 1; a fit above 1 would fire on runs that are not).
+    bound: float | None = None
+
+    def bounded(self, threshold: float) -> float:
+        """The threshold held at the rule's bound, if it has one."""
+        if self.bound is None:
+            return threshold
+        return min(threshold, self.bound) if not self.above else max(threshold, self.bound)
 
     def fires(self, value: float, threshold: float) -> bool:
         if math.isnan(value):
@@ -50,9 +77,65 @@ class Rule:
         return value - threshold if self.above else threshold - value
 
 
+@dataclass(frozen=True)
+class OutcomeGate:
+    """Did the run pay for what the checks found? Open when it learned measurably less than it could.
+
+    Where quick references exist (one class per example), open when the run's skill (validation, else
+    training) falls short of the references' by more than the fitted share of theirs (`skill_shortfall`, stored
+    in the thresholds file under `name`) and its accuracy lies more than `beyond_noise` standard errors below
+    theirs (`shortfall_z`: the tolerance of the harm test in analysis/harm.py; a few points on a small validation
+    set are sampling error, not harm). Where none exists (regression, multi-label), open when the training loss
+    ended at `loss_stalled` or more of its first value, or the validation skill (R², per-label accuracy above
+    the baseline) is at or under 0: a fact, not a fit.
+    """
+
+    name: str = "outcome_gate"
+    feature: str = "skill_shortfall"
+    loss_stalled: float = 0.9  # the loss fell by less than a tenth over the whole run: it did not learn
+    beyond_noise: float = 2.0  # standard errors: what the harm test counts as a measurable difference
+
+    def is_open(self, values: Mapping, threshold: float | None) -> bool | None:
+        """True (harm shown), False (no harm), or None when this gate has no threshold (the naive rules)."""
+        if threshold is None or math.isnan(threshold):
+            return None
+        shortfall = values[self.feature]
+        if not math.isnan(shortfall):
+            return shortfall > threshold and not values["shortfall_z"] <= self.beyond_noise
+        left, skill = values["loss_left"], values["own_skill"]
+        return bool(left >= self.loss_stalled or skill <= 0)
+
+    def evidence(self, values: Mapping, fields: Mapping, threshold: float) -> str:
+        """What the outcome was, in the task's own metric: the sentence under a failing verdict or a warning."""
+        shortfall = values[self.feature]
+        metric = fields["metric_name"]
+        if not math.isnan(shortfall):
+            own, reference = values["own_skill"], values["reference_skill"]
+            scale = "0 = the baseline, 1 = perfect"
+            if shortfall <= 0:
+                return (
+                    f"the run's {metric} skill {own:.2f} reached the quick references' {reference:.2f} ({scale}; the"
+                    f" gate opens when it falls more than {threshold:.0%} of theirs short)"
+                )
+            return (
+                f"the run's {metric} skill {own:.2f} fell {shortfall:.0%} short of the quick references'"
+                f" {reference:.2f} ({scale}), {values['shortfall_z']:.1f} standard errors below them (the gate opens"
+                f" past {threshold:.0%} and {self.beyond_noise:.0f} standard errors)"
+            )
+        return (
+            f"no quick reference for this task; the training loss ended at {values['loss_left']:.0%} of its first"
+            f" value (the gate opens at {self.loss_stalled:.0%}) and the {metric} skill is {values['own_skill']:.2f}"
+            " (it opens at 0 or under)"
+        )
+
+
+OUTCOME_GATE = OutcomeGate()
+
+
 RULES = [
     Rule(
         verdict="starved_loader",
+        needs_harm=False,
         feature="data_wait_ratio",
         above=True,
         evidence="the loop waited {value:.2g}s for data per second of its own compute (threshold {threshold:.2g})",
@@ -61,6 +144,7 @@ RULES = [
     ),
     Rule(
         verdict="frozen_params",
+        needs_harm=True,
         feature="no_grad_share",
         above=True,
         evidence="{value:.0%} of parameter elements never got a gradient (threshold {threshold:.0%})",
@@ -69,6 +153,7 @@ RULES = [
     ),
     Rule(
         verdict="no_zero_grad",
+        needs_harm=False,
         feature="grad_carried_share",
         above=True,
         evidence="after {value:.0%} of optimizer steps the next backward pass added to gradients not cleared since"
@@ -78,6 +163,7 @@ RULES = [
     ),
     Rule(
         verdict="wrong_mode",
+        needs_harm=False,
         feature="wrong_mode_share",
         above=True,
         evidence="{value:.0%} of training forwards ran in eval mode, or of evaluation forwards in training mode, in a"
@@ -86,6 +172,7 @@ RULES = [
     ),
     Rule(
         verdict="over_clipped",
+        needs_harm=False,
         feature="grad_kept_at_step",
         above=False,
         evidence="the gradients reached the optimizer at {value:.1e} of their norm after backward (median over the"
@@ -95,6 +182,7 @@ RULES = [
     ),
     Rule(
         verdict="warmup_never_ends",
+        needs_harm=True,
         feature="lr_peak_share",
         above=False,
         evidence="no optimizer step used more than {value:.1%} of the rate the optimizer was built with"
@@ -104,6 +192,7 @@ RULES = [
     ),
     Rule(
         verdict="double_softmax",
+        needs_harm=False,
         feature="output_prob_share",
         above=True,
         evidence="{value:.0%} of the output rows handed to the loss were already probabilities (threshold"
@@ -113,6 +202,7 @@ RULES = [
     ),
     Rule(
         verdict="squashed_logits",
+        needs_harm=False,
         feature="logit_reach_span",
         above=False,
         evidence="the outputs handed to a loss that applies its own softmax ({loss_kind}) never got more than"
@@ -124,6 +214,7 @@ RULES = [
     ),
     Rule(
         verdict="bce_on_single_label",
+        needs_harm=False,
         feature="single_label_bce",
         above=True,
         evidence="the loss ({loss_kind}) computes binary cross-entropy, a yes/no per output unit, while every target"
@@ -134,6 +225,7 @@ RULES = [
     ),
     Rule(
         verdict="unscaled_inputs",
+        needs_harm=True,
         feature="input_rms",
         above=True,
         evidence="inputs have an RMS of {value:.3g} (threshold {threshold:.3g}); the first loss was {first_loss:.3g}"
@@ -142,6 +234,7 @@ RULES = [
     ),
     Rule(
         verdict="dead_relu",
+        needs_harm=True,
         feature="dead_at_init",
         above=True,
         evidence="{value:.0%} of ReLU units never active at initialization (threshold {threshold:.0%})",
@@ -149,6 +242,7 @@ RULES = [
     ),
     Rule(
         verdict="exploding_gradients",
+        needs_harm=True,
         feature="activation_growth",
         above=True,
         evidence="at initialization the last activations were {value:.3g}x the first ones' in RMS (threshold"
@@ -158,6 +252,7 @@ RULES = [
     ),
     Rule(
         verdict="vanishing_gradients",
+        needs_harm=True,
         feature="grad_depth_ratio",
         above=False,
         evidence="at initialization the first layer's gradient was {value:.2g}x the last layer's (threshold"
@@ -166,6 +261,7 @@ RULES = [
     ),
     Rule(
         verdict="saturated_activations",
+        needs_harm=True,
         feature="saturated_at_init",
         above=True,
         evidence="{value:.0%} of tanh/sigmoid outputs within 1% of their bounds at initialization (threshold"
@@ -175,6 +271,7 @@ RULES = [
     ),
     Rule(
         verdict="unshuffled_batches",
+        needs_harm=False,
         feature="batch_label_mix",
         above=False,
         evidence="the batches held few of the classes: their labels' entropy was {value:.0%} of a shuffled batch's of"
@@ -184,6 +281,7 @@ RULES = [
     ),
     Rule(
         verdict="class_imbalance",
+        needs_harm=False,
         feature="prior_shift",
         above=True,
         evidence="the class most under-represented in training is {value:.1f}x as frequent in validation (threshold"
@@ -192,6 +290,7 @@ RULES = [
     ),
     Rule(
         verdict="periodic_bad_batch",
+        needs_harm=False,
         feature="periodic_spike_share",
         above=True,
         evidence="{periodic_spikes_seen:.0f} loss spikes {loss_spike_period:.0f} steps apart, {value:.0%} of the"
@@ -200,6 +299,7 @@ RULES = [
     ),
     Rule(
         verdict="lr_too_high",
+        needs_harm=True,
         feature="steps_without_progress",
         above=True,
         evidence="the largest steps moved the weights by {update_ratio_peak:.1e} of their size while the loss ended at"
@@ -208,6 +308,7 @@ RULES = [
     ),
     Rule(
         verdict="constant_output",
+        needs_harm=False,
         feature="output_spread",
         above=False,
         evidence="the model gives every input the same output: its spread across a batch is {value:.2g} of its"
@@ -218,6 +319,7 @@ RULES = [
     ),
     Rule(
         verdict="unreachable_targets",
+        needs_harm=False,
         feature="target_reach_gap",
         above=True,
         evidence="{value:.0%} of the targets lie outside what the output can produce (after the loss's own softmax or"
@@ -229,6 +331,7 @@ RULES = [
     ),
     Rule(
         verdict="lr_too_low",
+        needs_harm=True,
         feature="update_ratio_peak",
         above=False,
         evidence="the largest steps moved the weights by {value:.1e} of their size (threshold {threshold:.1e})",
@@ -236,25 +339,30 @@ RULES = [
     ),
     Rule(
         verdict="still_improving",
+        needs_harm=True,
         feature="late_drop_share",
         above=True,
         evidence="the loss was still falling when the run stopped: its last fifth brought {value:.0%} of its whole"
         " fall (threshold {threshold:.0%})",
         next_step="train longer (more epochs) and watch the validation loss; if that takes too long, raise the"
         " learning rate",
-        budgeted=False,
+        # "Still falling": a steady fall puts a fifth of it in the last fifth of the run; under half that, the loss
+        # has mostly flattened, and a fit that reaches lower (at 50 steps it would fire on every run) says nothing.
+        bound=0.1,
     ),
     Rule(
         verdict="shuffled_labels",
+        needs_harm=False,
         feature="learnable_skill",
         above=False,
-        evidence="neither the model (validation accuracy {final_val_acc:.0%}) nor a quick reference on the same"
-        " examples ({reference_val_acc:.0%}) beats always answering the most frequent label ({baseline:.0%}) by"
+        evidence="neither the model (validation {metric_name} {val_score}) nor a quick reference on the same"
+        " examples ({reference_score}) beats always answering the most frequent label ({baseline_score}) by"
         " more than {value:.0%} of the room above it (threshold {threshold:.0%})",
         next_step="check the labels: joins, sorting, shuffling or slicing applied to features and labels separately",
     ),
     Rule(
         verdict="label_noise",
+        needs_harm=False,
         feature="label_noise_z",
         above=True,
         evidence="quick references on the same examples disagree with the training labels more than with validation:"
@@ -265,19 +373,22 @@ RULES = [
     ),
     Rule(
         verdict="overfitting",
+        needs_harm=True,
         feature="train_val_gap",
         above=True,
-        evidence="training accuracy {final_train_acc:.0%} against validation {final_val_acc:.0%}: a gap of"
-        " {value:.0%} (threshold {threshold:.0%})",
+        evidence="training {metric_name} {train_score} against validation {val_score}: a gap of {value:.2f}"
+        " (threshold {threshold:.2f})",
         next_step="get more data or augment it, regularize (weight decay, dropout), or stop earlier",
     ),
     Rule(
         verdict="model_too_small",
+        needs_harm=True,
         feature="fit_vs_reference",
         above=False,
-        evidence="training accuracy {final_train_acc:.0%} is only {value:.0%} of the way from the baseline to what a"
-        " quick reference reaches on held-out examples ({reference_val_acc:.0%}; threshold {threshold:.0%})",
+        evidence="training {metric_name} {train_score} is only {value:.0%} of the way from the baseline to what a"
+        " quick reference reaches on held-out examples ({reference_score}; threshold {threshold:.0%})",
         next_step="give the model more capacity (wider or deeper layers) and check it can fit the training set",
+        bound=1.0,
     ),
 ]
 VERDICTS = {rule.verdict: rule for rule in RULES}
@@ -288,6 +399,7 @@ _NEXT = {verdict: rule.next_step for verdict, rule in VERDICTS.items()}
 # and no rule for shuffled labels (a model near chance was taken for a rate too low).
 NAIVE_RULES = [
     Rule(
+        needs_harm=False,
         verdict="starved_loader",
         feature="data_wait_share",
         above=True,
@@ -295,6 +407,7 @@ NAIVE_RULES = [
         next_step=_NEXT["starved_loader"],
     ),
     Rule(
+        needs_harm=False,
         verdict="no_zero_grad",
         feature="accumulation_ratio",
         above=True,
@@ -302,6 +415,7 @@ NAIVE_RULES = [
         next_step=_NEXT["no_zero_grad"],
     ),
     Rule(
+        needs_harm=False,
         verdict="unscaled_inputs",
         feature="first_loss_ratio",
         above=True,
@@ -309,6 +423,7 @@ NAIVE_RULES = [
         next_step=_NEXT["unscaled_inputs"],
     ),
     Rule(
+        needs_harm=False,
         verdict="dead_relu",
         feature="memorize_loss_1e-3",
         above=True,
@@ -316,6 +431,7 @@ NAIVE_RULES = [
         next_step=_NEXT["dead_relu"],
     ),
     Rule(
+        needs_harm=False,
         verdict="frozen_params",
         feature="no_grad_share",
         above=True,
@@ -323,6 +439,7 @@ NAIVE_RULES = [
         next_step=_NEXT["frozen_params"],
     ),
     Rule(
+        needs_harm=False,
         verdict="lr_too_low",
         feature="val_acc_x_chance",
         above=False,
@@ -330,6 +447,7 @@ NAIVE_RULES = [
         next_step=_NEXT["lr_too_low"],
     ),
     Rule(
+        needs_harm=False,
         verdict="lr_too_high",
         feature="update_ratio",
         above=True,
@@ -337,6 +455,7 @@ NAIVE_RULES = [
         next_step=_NEXT["lr_too_high"],
     ),
     Rule(
+        needs_harm=False,
         verdict="model_too_small",
         feature="train_acc",
         above=False,
@@ -378,12 +497,31 @@ def fitted_budgets(path: str | Path = THRESHOLDS_FILE) -> list[int]:
 
 @dataclass(frozen=True)
 class Finding:
-    """One rule that fired on one run."""
+    """One rule that fired on one run (or the verdict when none is failing: healthy, unexplained_failure)."""
 
     verdict: str
     evidence: str
     next_step: str
     margin: float  # how far the deciding measurement sits beyond its threshold
+    kind: str = FAILING  # FAILING: the run's verdict can rest on it; WARNING: an oddity the run did not pay for
+
+
+UNEXPLAINED_NEXT = (
+    "overfit one batch (a few dozen steps on 16 examples: the loss must reach near 0), then compare the run step"
+    " by step with a simple reference recipe on the same data (the quick references reach the skill above);"
+    " look for what the loop changes between the batch and the loss, and at what the optimizer was given"
+)
+
+
+def _score(value, task) -> str:
+    """A score in its task's metric: R² as a number, accuracies as percentages."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "not measured"
+    if math.isnan(value):
+        return "not measured"
+    return f"{value:.2f}" if task == "regression" else f"{value:.0%}"
 
 
 def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
@@ -391,6 +529,12 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
     fields["baseline"] = values.get("baseline", measurements.get("baseline_val_acc"))
     if fields["baseline"] is None or (isinstance(fields["baseline"], float) and math.isnan(fields["baseline"])):
         fields["baseline"] = measurements.get("majority_share", math.nan)
+    task = measurements.get("task")
+    fields["metric_name"] = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
+    for name, key in (("val_score", "final_val_acc"), ("train_score", "final_train_acc")):
+        fields[name] = _score(measurements.get(key), task)
+    fields["reference_score"] = _score(measurements.get("reference_val_acc"), task)
+    fields["baseline_score"] = _score(fields["baseline"], task)
     fields["periodic_spikes_seen"] = (measurements.get("periodic_spikes") or 0) + 1
     for name, key in (
         ("loo_error", "reference_loo_acc"),
@@ -402,11 +546,7 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
         fields[name] = math.nan if value is None else 1 - float(value)
     layer = measurements.get("output_layer")
     fields["output_layer"] = layer if isinstance(layer, str) and layer else "unknown"
-    first, final = measurements.get("first_loss"), measurements.get("final_train_loss")
-    try:
-        fields["loss_left"] = float(final) / float(first)
-    except (TypeError, ValueError, ZeroDivisionError):
-        fields["loss_left"] = math.nan
+    fields["loss_left"] = values["loss_left"]
     try:  # ln C for class targets; for regression ln_classes holds the targets' variance, and exp may overflow
         fields["classes"] = math.exp(float(measurements.get("ln_classes")))
     except (TypeError, ValueError, OverflowError):
@@ -418,13 +558,25 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
     return fields
 
 
+def _unexplained(rules: list[Rule], thresholds: Mapping, values: Mapping, gate_evidence: str) -> Finding:
+    """The verdict when the outcome shows harm and no check names a cause: what was measured and ruled out."""
+    judged = [rule.verdict for rule in rules if rule.verdict in thresholds and not math.isnan(values[rule.feature])]
+    evidence = (
+        f"the run did not learn as it should ({gate_evidence}), and no check names a cause; ruled out:"
+        f" {', '.join(judged) if judged else 'nothing (no check could be read)'}"
+    )
+    return Finding(UNEXPLAINED, evidence, UNEXPLAINED_NEXT, math.nan)
+
+
 def diagnose(
     measurements: Mapping, rules: list[Rule] = RULES, thresholds: dict[str, float] | None = None
 ) -> list[Finding]:
-    """Every rule that fires on one run's measurements, in order (the first is the verdict); healthy if none fires.
+    """The findings on one run's measurements: the verdict first, then the other failing findings, then warnings.
 
-    `measurements` is a plain mapping (a record as a dict or Series, or what the doctor measured); without
-    `thresholds`, those of the budget nearest to the run's `steps` are used.
+    The verdict is the first failing finding in rule order; without one, `unexplained_failure` when the outcome
+    gate is open and `healthy` otherwise. `measurements` is a plain mapping (a record as a dict or Series, or
+    what the doctor measured); without `thresholds`, those of the budget nearest to the run's `steps` are used.
+    Thresholds without the gate's (the naive rules) judge every rule as failing and never say unexplained.
     """
     measurements = dict(measurements)
     if thresholds is None:
@@ -432,15 +584,39 @@ def diagnose(
         thresholds = load_thresholds(None if steps is None or pd.isna(steps) else int(steps))
     values = features(measurements)
     fields = _evidence_fields(measurements, values)
-    findings = []
+    gate_threshold = thresholds.get(OUTCOME_GATE.name)
+    harmed = OUTCOME_GATE.is_open(values, gate_threshold)
+    gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold)
+    failing, warnings = [], []
     for rule in rules:
         if rule.verdict not in thresholds:  # a thresholds file older than the rule: the rule is not judged
             continue
         value, threshold = values[rule.feature], thresholds[rule.verdict]
         if rule.fires(value, threshold):
             evidence = rule.evidence.format(**fields, value=value, threshold=threshold)
-            findings.append(Finding(rule.verdict, evidence, rule.next_step, rule.margin(value, threshold)))
-    return findings or [Finding(HEALTHY, "no rule fired", "nothing to fix in what the checks measure", math.nan)]
+            margin = rule.margin(value, threshold)
+            if rule.needs_harm and harmed is False:
+                evidence += f"; a warning, not the verdict: the run overcame it ({gate_evidence})"
+                warnings.append(Finding(rule.verdict, evidence, rule.next_step, margin, WARNING))
+            else:
+                failing.append(Finding(rule.verdict, evidence, rule.next_step, margin))
+    if failing:
+        return failing + warnings
+    if harmed:
+        return [_unexplained(rules, thresholds, values, gate_evidence), *warnings]
+    said = f"no failing finding ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "no rule fired"
+    return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
+
+
+def gate_open(table: pd.DataFrame, threshold: float | None) -> pd.Series:
+    """The outcome gate on each row of a feature table: True where the run's outcome shows harm."""
+    if threshold is None or math.isnan(threshold):
+        return pd.Series(True, index=table.index)
+    columns = [OUTCOME_GATE.feature, "shortfall_z", "loss_left", "own_skill"]
+    opened = [
+        bool(OUTCOME_GATE.is_open(dict(zip(columns, row, strict=True)), threshold)) for row in table[columns].to_numpy()
+    ]
+    return pd.Series(opened, index=table.index)
 
 
 def verdicts(
@@ -449,24 +625,28 @@ def verdicts(
     thresholds: dict[str, float] | None = None,
     table: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """For each record: the verdict (first rule to fire) and every verdict that fired, in order.
+    """For each record: the verdict, every failing verdict in order (`fired`), and the warnings.
 
-    `table`: the records' feature table, if already computed.
+    `table`: the records' feature table, if already computed. The same logic as `diagnose`, on many records.
     """
     thresholds = load_thresholds() if thresholds is None else thresholds
     table = feature_table(records) if table is None else table
-    fired = pd.DataFrame(
-        {
-            rule.verdict: [rule.fires(v, thresholds.get(rule.verdict, math.nan)) for v in table[rule.feature]]
-            for rule in rules
-        },
-        index=records.index,
-    )
-    names = [rule.verdict for rule in rules]
-    fired_lists = [[n for n, hit in zip(names, row, strict=True) if hit] for row in fired.to_numpy()]
-    return pd.DataFrame(
-        {"verdict": [f[0] if f else HEALTHY for f in fired_lists], "fired": fired_lists}, index=records.index
-    )
+    gate_threshold = thresholds.get(OUTCOME_GATE.name)
+    harmed = gate_open(table, gate_threshold).to_numpy()
+    fired = np.array(
+        [[rule.fires(v, thresholds.get(rule.verdict, math.nan)) for v in table[rule.feature]] for rule in rules]
+    ).T.reshape(len(table), len(rules))
+    verdict, failing, warned = [], [], []
+    for row, hurt in zip(fired, harmed, strict=True):
+        hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]
+        fail = [r.verdict for r in hits if not (r.needs_harm and gate_threshold is not None and not hurt)]
+        failing.append(fail)
+        warned.append([r.verdict for r in hits if r.verdict not in fail])
+        if fail:
+            verdict.append(fail[0])
+        else:
+            verdict.append(UNEXPLAINED if gate_threshold is not None and hurt else HEALTHY)
+    return pd.DataFrame({"verdict": verdict, "fired": failing, "warnings": warned}, index=records.index)
 
 
 def rules_table(thresholds_path: str | Path = THRESHOLDS_FILE) -> str:
@@ -476,7 +656,7 @@ def rules_table(thresholds_path: str | Path = THRESHOLDS_FILE) -> str:
     """
     budgets = fitted_budgets(thresholds_path)
     by_budget = {b: load_thresholds(b, thresholds_path) for b in budgets}
-    header = ["order", "verdict", "fires when", "normalized by", *(f"at {b} steps" for b in budgets)]
+    header = ["order", "verdict", "kind", "fires when", "normalized by", *(f"at {b} steps" for b in budgets)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for order, rule in enumerate(RULES, 1):
         feature = FEATURES[rule.feature]
@@ -484,9 +664,20 @@ def rules_table(thresholds_path: str | Path = THRESHOLDS_FILE) -> str:
         cells = [
             str(order),
             f"`{rule.verdict}`",
+            "needs harm" if rule.needs_harm else "on its own",
             f"{feature.sentence} (`{rule.feature}`) {sign} threshold",
             feature.normalized_by,
             *(f"{by_budget[b][rule.verdict]:.3g}" for b in budgets),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    gate = FEATURES[OUTCOME_GATE.feature]
+    cells = [
+        "gate",
+        f"`{OUTCOME_GATE.name}`",
+        "opens",
+        f"{gate.sentence} (`{OUTCOME_GATE.feature}`) > threshold",
+        gate.normalized_by,
+        *(f"{by_budget[b].get(OUTCOME_GATE.name, math.nan):.3g}" for b in budgets),
+    ]
+    lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

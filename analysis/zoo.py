@@ -14,8 +14,8 @@ import pandas as pd
 from sklearn.ensemble import RandomForestClassifier
 
 from analysis.features import at_budget, budgets_of, feature_table
-from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines, scored
-from analysis.harm import harmful
+from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines
+from analysis.harm import harm_table, harmful
 from analysis.rules import HEALTHY, verdicts
 from analysis.score import accuracy_line, classifier, matrix
 from analysis.tables import Part, as_markdown, as_text
@@ -34,7 +34,8 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
     Each tuned problem's records are predicted by rules (and a forest) fitted on the other tuned problems; a rule
     those cannot fit keeps a fallback threshold (see analysis.fit), and `kept`, if given, receives why.
     """
-    records = scored(records[records.dataset.map(is_tuned)])
+    records = records[(records.status == "ok") & records.dataset.map(is_tuned)]
+    harm = harm_table(records)
     problems = sorted(records.dataset.unique())
     if len(problems) < 2:
         found = f"{len(problems)}: {', '.join(problems)}" if problems else "none"
@@ -49,7 +50,7 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
     for problem in problems:
         rest = records[records.dataset != problem]
         reasons: dict[int, dict[str, str]] = {}
-        thresholds = fit_budgets(rest, kept=reasons)
+        thresholds = fit_budgets(rest, kept=reasons, harm=harm.loc[rest.index])
         for budget_reasons in reasons.values():
             for verdict, why in budget_reasons.items():
                 if kept is not None:
@@ -59,7 +60,8 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
             mine = here.dataset == problem
             fitted = thresholds.get(budget) or thresholds[max(thresholds)]
             named = verdicts(here[mine], thresholds=fitted, table=table[mine]).verdict
-            forest = _forest(here[~mine], table[~mine])
+            train = ~mine & harm.harmful.reindex(here.index).to_numpy()
+            forest = _forest(here[train], table[train])
             rows.append(
                 pd.DataFrame(
                     {
@@ -69,6 +71,7 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
                         "fault": here.fault[mine],
                         "severity": here.severity[mine],
                         "diagnosis": here.diagnosis[mine],
+                        "harmful": harm.harmful.reindex(here.index[mine]),
                         "rules": named,
                         "forest": forest.predict(matrix(table[mine])),
                     }
@@ -77,18 +80,35 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
     return pd.concat(rows)
 
 
+def harm_aware_correct(group: pd.DataFrame, method: str) -> pd.Series:
+    """Right under harm-aware scoring: a fault that did harm named; one that did none named or called healthy."""
+    named = group[method] == group.diagnosis
+    return named | (~group.harmful.astype(bool) & (group[method] == HEALTHY))
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Correct verdicts per dataset, budget, severity and method; severity 'none' rows are the healthy runs."""
+    """Correct verdicts per dataset, budget, severity and method; severity 'none' rows are the healthy runs.
+
+    `correct`/`total` count healthy runs and the fault cells that did harm (the harmless ones left out);
+    `aware`/`cells` count every cell, a harmless fault's right when named or called healthy.
+    """
     rows = []
     for (dataset, family, steps, severity), group in table.groupby(["dataset", "family", "steps", "severity"]):
+        hurt = group[group.harmful.astype(bool)]
         for method in METHODS:
-            correct = int((group[method] == group.diagnosis).sum())
-            rows.append((dataset, family, steps, severity, method, correct, len(group)))
-    return pd.DataFrame(rows, columns=["dataset", "family", "steps", "severity", "method", "correct", "total"])
+            correct = int((hurt[method] == hurt.diagnosis).sum())
+            aware = int(harm_aware_correct(group, method).sum())
+            rows.append((dataset, family, steps, severity, method, correct, len(hurt), aware, len(group)))
+    columns = ["dataset", "family", "steps", "severity", "method", "correct", "total", "aware", "cells"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def lines(table: pd.DataFrame) -> list[str]:
-    """The machine-readable lines: false alarms per dataset and budget, accuracy per severity."""
+    """The machine-readable lines: false alarms, accuracy and harm-aware accuracy per dataset, budget, severity.
+
+    Accuracy leaves harmless fault cells out; harm-aware counts every fault cell, a harmless one right when named
+    or called healthy. A healthy run with warnings only is called healthy: it counts as no false alarm.
+    """
     out = []
     healthy = table[table.diagnosis == HEALTHY]
     for (dataset, steps), group in healthy.groupby(["dataset", "steps"]):
@@ -96,6 +116,9 @@ def lines(table: pd.DataFrame) -> list[str]:
     for r in summary(table).itertuples():
         severity = f"severity={r.severity}"
         out.append(accuracy_line(r.dataset, r.method, r.correct, r.total, ROLE, r.family, r.steps, severity))
+        if r.severity != "none":
+            line = accuracy_line(r.dataset, r.method, r.aware, r.cells, ROLE, r.family, r.steps, severity)
+            out.append(line.replace("accuracy ", "accuracy-harm-aware ", 1))
     return out
 
 
@@ -114,16 +137,23 @@ def _share(hits: int, total: int) -> str:
 
 
 def headline(table: pd.DataFrame) -> pd.DataFrame:
-    """Per budget and method: false alarms on healthy runs, and faults named at each severity."""
+    """Per budget and method: false alarms on healthy runs, faults named per severity, harm-aware when planted.
+
+    Each severity leaves harmless fault cells out; harm-aware counts every cell, a harmless fault right when named or
+    called healthy.
+    """
     rows = []
     for steps, group in table.groupby("steps"):
         for method in METHODS:
             healthy = group[group.diagnosis == HEALTHY]
             row = {"steps": steps, "method": method}
             row["false alarms"] = _share(int((healthy[method] != HEALTHY).sum()), len(healthy))
+            hurt = group[group.harmful.astype(bool)]
             for severity in ("mild", "planted", "extreme"):
-                faults = group[group.severity == severity]
+                faults = hurt[hurt.severity == severity]
                 row[severity] = _share(int((faults[method] == faults.diagnosis).sum()), len(faults))
+            planted = group[group.severity == "planted"]
+            row["planted, harm-aware"] = _share(int(harm_aware_correct(planted, method).sum()), len(planted))
             rows.append(row)
     return pd.DataFrame(rows).set_index(["steps", "method"])
 
@@ -135,7 +165,7 @@ def parts(table: pd.DataFrame, records: pd.DataFrame, kept: dict[str, str] | Non
     fit. `table` is `leave_one_problem_out`'s; `kept`: rules that some fold could not fit, with why (from it too).
     """
     longest = table.steps.max()
-    last = table[table.steps == longest]
+    last = table[(table.steps == longest) & table.harmful.astype(bool)]
     faults = last[last.diagnosis != HEALTHY]
     hits = (faults.rules == faults.diagnosis).groupby([faults.diagnosis, faults.severity])
     per_fault = (hits.sum().astype(str) + "/" + hits.size().astype(str)).unstack(fill_value="")

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from analysis.features import FEATURES, features
-from analysis.rules import HEALTHY, RULES, Finding, diagnose, load_thresholds
+from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
 from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, same_shape, to_device
@@ -255,7 +255,7 @@ class Doctor:
                 # their measurements can still mean something.
                 evidence = self.nonfinite.evidence(self.steps, measured["nonfinite_losses"])
                 first = Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)
-                fitted = [f for f in findings if f.verdict != HEALTHY]
+                fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
                 if origin.from_the_start:
                     note = (
                         f"no fitted rule was judged: the {origin.what.split()[0]} were non-finite from the first step,"
@@ -270,7 +270,7 @@ class Doctor:
                 findings = [first, *fitted]
             skipped = measured["amp_skipped_share"]
             if origin is None and skipped > SKIPPED_MOST:
-                findings = [_skipped_steps(measured), *(f for f in findings if f.verdict != HEALTHY)]
+                findings = [_skipped_steps(measured), *(f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED))]
             device = next(self.model.parameters()).device
             starved = thresholds["starved_loader"]
             checklist = bigger_machine(
@@ -452,10 +452,13 @@ def probe(
 
 
 class Report:
-    """What the doctor found: findings in rule order (the first is the verdict) and the bigger-machine check.
+    """What the doctor found: the verdict, the other failing findings and the warnings, and the bigger-machine check.
 
-    `note` says which rules were not judged, and why (on a run whose loss went NaN or inf). `places`, set when the
-    run came from a recipe file (doctor/recipe.py), gives per verdict the recipe's lines its next step is about.
+    `findings` lists the verdict first (the first failing finding, or `healthy` / `unexplained_failure` when
+    none is failing), then the other failing findings in rule order, then the warnings: oddities the run did not
+    pay for (analysis/rules.py). `note` says which rules were not judged, and why (on a run whose loss went NaN
+    or inf). `places`, set when the run came from a recipe file (doctor/recipe.py), gives per verdict the
+    recipe's lines its next step is about.
     """
 
     def __init__(
@@ -475,6 +478,22 @@ class Report:
     def verdict(self) -> str:
         return self.findings[0].verdict
 
+    @property
+    def failing(self) -> list[Finding]:
+        """The failing findings, the verdict first (none on a healthy run)."""
+        return [f for f in self.findings if f.kind != WARNING and f.verdict != HEALTHY]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Oddities the run did not pay for: listed under the verdict, never the verdict."""
+        return [f for f in self.findings if f.kind == WARNING]
+
+    @property
+    def headline(self) -> str:
+        """The verdict with its warnings counted: 'healthy', 'healthy, 2 warnings', 'dead_relu, 1 warning'."""
+        n = len(self.warnings)
+        return self.verdict + (f", {n} warning{'s' * (n != 1)}" if n else "")
+
     def to_dict(self) -> dict:
         def plain(value):
             return None if isinstance(value, float) and math.isnan(value) else value
@@ -483,9 +502,16 @@ class Report:
             "verdict": self.verdict,
             "steps": self.steps,
             "findings": [
-                {"verdict": f.verdict, "evidence": f.evidence, "next_step": f.next_step, "margin": plain(f.margin)}
+                {
+                    "verdict": f.verdict,
+                    "kind": f.kind,
+                    "evidence": f.evidence,
+                    "next_step": f.next_step,
+                    "margin": plain(f.margin),
+                }
                 for f in self.findings
             ],
+            "warnings": len(self.warnings),
             "not_judged": self.note,
             "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
@@ -493,22 +519,30 @@ class Report:
         }
 
     def __str__(self) -> str:
-        first = self.findings[0]
-        lines = [f"verdict: {self.verdict}  (from {self.steps} training steps)"]
-        for i, finding in enumerate(self.findings, 1):
-            sure = "" if math.isnan(finding.margin) else f"  [{_margin(finding)}]"
-            lines += [f"  {i}. {finding.verdict}: {finding.evidence}{sure}", f"     next: {finding.next_step}"]
-            lines += [f"     where: {place}" for place in self.places.get(finding.verdict, [])]
-        if first.verdict != "healthy" and len(self.findings) == 1 and self.note is None:
+        failing, warnings = [f for f in self.findings if f.kind != WARNING], self.warnings
+        lines = [f"verdict: {self.headline}  (from {self.steps} training steps)"]
+        for i, finding in enumerate(failing, 1):
+            lines += self._finding_lines(f"  {i}. ", finding)
+        if self.verdict not in (HEALTHY, UNEXPLAINED) and len(failing) == 1 and self.note is None:
             lines.append("  (no other rule fired)")
-        elif len(self.findings) > 1:
+        elif len(failing) > 1:
             lines.append("  (later findings can follow from the first: fix it and run the doctor again)")
         if self.note is not None:
             lines.append(f"  ({self.note})")
+        if warnings:
+            lines.append("warnings (oddities this run did not pay for; worth a look, not the cause of a failure):")
+            for finding in warnings:
+                lines += self._finding_lines("  - ", finding)
         lines.append("is a bigger machine the answer?")
         lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist[:-1]]
         lines.append(f"  => {self.checklist[-1].detail}")
         return "\n".join(lines)
+
+    def _finding_lines(self, bullet: str, finding: Finding) -> list[str]:
+        sure = "" if math.isnan(finding.margin) else f"  [{_margin(finding)}]"
+        indent = " " * len(bullet)
+        lines = [f"{bullet}{finding.verdict}: {finding.evidence}{sure}", f"{indent}next: {finding.next_step}"]
+        return lines + [f"{indent}where: {place}" for place in self.places.get(finding.verdict, [])]
 
     def plot(self, path, thresholds: dict[str, float] | None = None):
         """Write one PNG figure of what the verdict rests on to `path` and return the path (doctor/plot.py).

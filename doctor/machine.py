@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from analysis.features import features
-from analysis.rules import HEALTHY, Finding
+from analysis.rules import HEALTHY, UNEXPLAINED, Finding
+from harness.targets import CLASS_TASKS
 
 LOADER_FIXES = (
     "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4), or decode and "
@@ -62,7 +63,10 @@ def bigger_machine(
     memorization was not measured, where it was not, and `memorized_on` on how many examples it was.
     """
     checks = []
-    ln_c = measured["ln_classes"]
+    ln_c = measured["ln_classes"]  # the uninformed loss: ln C for classes, the targets' variance for regression
+    task = measured.get("task")
+    uninformed = "ln C" if task in CLASS_TASKS else "the uninformed loss"
+    metric = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
     memorized = measured["memorize_best_loss"]
     tried = list(measured["memorize_losses"])
     if not tried:
@@ -74,14 +78,19 @@ def bigger_machine(
         memo = f"a fresh model reached no finite loss on {memorized_on} examples at any rate (losses {losses})"
     else:
         memorizes = memorized < 0.1 * ln_c
-        memo = f"best loss {memorized:.3g} on {memorized_on} examples (below {0.1 * ln_c:.2f} = 0.1 ln C means it can)"
+        memo = (
+            f"best loss {memorized:.3g} on {memorized_on} examples (below {0.1 * ln_c:.3g} = 0.1 x {uninformed}"
+            " means it can)"
+        )
     nonfinite = measured["nonfinite_losses"]
     if nonfinite:
         # A model computing NaN has no accuracy to compare: argmax of NaN rows is class 0, not learning.
         improves, progress = False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf"
     elif val_start is not None and not math.isnan(measured["final_val_acc"]):
         improves = measured["final_val_acc"] > val_start[1] + 0.05
-        progress = f"validation accuracy {val_start[1]:.0%} -> {measured['final_val_acc']:.0%}"
+        start, end = val_start[1], measured["final_val_acc"]
+        shown = (f"{start:.2f}", f"{end:.2f}") if task == "regression" else (f"{start:.0%}", f"{end:.0%}")
+        progress = f"validation {metric} {shown[0]} -> {shown[1]}"
     else:
         curve = measured["train_loss_curve"]
         tenth = max(1, len(curve) // 10)
@@ -91,13 +100,13 @@ def bigger_machine(
     checks.append(Check("it learns", memorizes and improves, f"{memo}; {progress}"))
 
     verdict = findings[0].verdict
-    checks.append(
-        Check(
-            "no fault named",
-            verdict == HEALTHY,
-            "the rules found none" if verdict == HEALTHY else f"the rules name {verdict}",
-        )
-    )
+    if verdict == HEALTHY:
+        named = "the rules found none"
+    elif verdict == UNEXPLAINED:
+        named = "the run fails, and no check names why (not among the known causes)"
+    else:
+        named = f"the rules name {verdict}"
+    checks.append(Check("no fault named", verdict == HEALTHY, named))
 
     share, limit = measured["data_wait_share"], starved_threshold
     wait = features(measured)["data_wait_ratio"]
@@ -132,7 +141,7 @@ def bigger_machine(
     checks.append(Check("memory is what runs out", out_of_memory, ran_out))
 
     if not checks[0].ok or not checks[1].ok:
-        fix = verdict if verdict != HEALTHY else "why it does not learn"
+        fix = verdict if verdict not in (HEALTHY, UNEXPLAINED) else "why it does not learn"
         conclusion = f"no: fix {fix} first; a bigger machine would reproduce the failure sooner, at a higher price"
     elif not fed:
         conclusion = "no: the loader is the bottleneck; feed the model faster first"

@@ -70,6 +70,9 @@ PARTS: dict[str, tuple[str, ...]] = {
     "overfitting": ("batches", "model"),
     "model_too_small": ("model",),
     "nonfinite_loss": (),  # where the NaN came from is in its evidence: weights, inputs, outputs or the loss
+    # No check names the cause: the next step (overfit one batch, compare with a reference) is about the loop, what
+    # it hands the loss, and what the optimizer was given.
+    "unexplained_failure": ("train", "loss", "optimizer"),
     "healthy": (),
 }
 

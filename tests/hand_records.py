@@ -1,6 +1,8 @@
 """Hand-made records shared by the tests: one that looks healthy, and for each rule the change that plants its fault.
 
 The analysis tests judge these with the committed thresholds (`THRESHOLDS`); the pairs tests combine two faults.
+A fault whose rule needs harm (analysis/rules.py) is planted on a run that fell short of the references
+(`FELL_SHORT`): on a run that learned as well, its finding is a warning (tests/test_outcome_gate.py).
 """
 
 import math
@@ -73,29 +75,32 @@ def record(**measurements) -> pd.Series:
     return pd.Series({**empty_record(), **values, **measurements})
 
 
+# A run that learned measurably less than the references reach: what makes a check that needs harm failing.
+FELL_SHORT = {"final_val_acc": 0.60, "final_train_acc": 0.62}
+
 PLANTED = {
     "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
-    "frozen_params": {"params_without_grad_share": 0.92},
+    "frozen_params": {"params_without_grad_share": 0.92, **FELL_SHORT},
     "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},
     "wrong_mode": {"eval_in_train_share": 1.0},
     "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
-    "warmup_never_ends": {"lr_peak_share": 0.01},
+    "warmup_never_ends": {"lr_peak_share": 0.01, **FELL_SHORT},
     "double_softmax": {"output_prob_share": 1.0, "logit_reach_span": math.nan},  # rows that always sum to 1
     "squashed_logits": {"logit_reach_span": 1.0},  # a sigmoid after the last layer
     "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},
-    "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0},
-    "dead_relu": {"dead_unit_share_init": 1.0},
-    "exploding_gradients": {"activation_growth_init": 150.0, "first_loss": 280.0},
-    "vanishing_gradients": {"grad_depth_ratio_init": 1e-5},
-    "saturated_activations": {"saturated_share_init": 0.6},
+    "unscaled_inputs": {"input_rms": 250.0, "first_loss": 35.0, **FELL_SHORT},
+    "dead_relu": {"dead_unit_share_init": 1.0, **FELL_SHORT},
+    "exploding_gradients": {"activation_growth_init": 150.0, "first_loss": 280.0, **FELL_SHORT},
+    "vanishing_gradients": {"grad_depth_ratio_init": 1e-5, **FELL_SHORT},
+    "saturated_activations": {"saturated_share_init": 0.6, **FELL_SHORT},
     "unshuffled_batches": {"batch_label_mix": 0.05},
     "class_imbalance": {"prior_shift": 20.0, "label_imbalance": 25.0},
     "periodic_bad_batch": {"periodic_spikes": 18, "loss_spike_period": 30.0, "loss_spike_steps": [59, 89, 119]},
-    "lr_too_low": {"update_ratio_peak": 2e-5},
+    "lr_too_low": {"update_ratio_peak": 2e-5, **FELL_SHORT},
     "constant_output": {"output_spread": 0.0},
     "unreachable_targets": {"target_reach_gap": 0.5, "task": "regression"},
-    "lr_too_high": {"update_ratio_peak": 1.5, "final_train_loss": 2.3},  # large steps, and the loss did not fall
-    "still_improving": {"train_loss_curve": [2.3] * 150 + [2.3 - 0.04 * t for t in range(50)]},
+    "lr_too_high": {"update_ratio_peak": 1.5, "final_train_loss": 2.3, **FELL_SHORT},  # large steps, no fall
+    "still_improving": {"train_loss_curve": [2.3] * 150 + [2.3 - 0.04 * t for t in range(50)], **FELL_SHORT},
     "shuffled_labels": {"final_val_acc": 0.1, "final_train_acc": 0.45, "reference_val_acc": 0.11},
     "label_noise": {"reference_loo_acc": 0.7, "reference_knn_val_acc": 0.95, "final_train_acc": 0.75},
     "overfitting": {"final_val_acc": 0.55, "final_val_loss": 2.4, "final_train_loss": 0.001},

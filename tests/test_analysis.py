@@ -46,7 +46,10 @@ def test_a_healthy_record_is_healthy_and_every_firing_rule_is_listed():
     assert "RMS of 250" in findings[1].evidence and "first loss was 35 against ln C = 2.30" in findings[1].evidence
     table = verdicts(pd.DataFrame([both, record()]), RULES, THRESHOLDS)
     assert table.verdict.tolist() == ["starved_loader", HEALTHY]
-    assert table.fired.tolist() == [["starved_loader", "unscaled_inputs"], []]
+    assert table.fired.tolist() == [["starved_loader"], []]
+    # The run learned as well as the references: the large inputs are a warning, not a failing finding.
+    assert table.warnings.tolist() == [["unscaled_inputs"], []]
+    assert [f.kind for f in findings] == ["failing", "warning"]
 
 
 def test_the_zoo_command_prints_the_reports_parts_as_text():
@@ -57,18 +60,23 @@ def test_the_zoo_command_prints_the_reports_parts_as_text():
         [
             record(**twin, fault=HEALTHY, severity="none", final_val_acc=0.90),
             record(**twin, fault="lr_too_low", diagnosis="lr_too_low", severity="planted", final_val_acc=0.5),
+            record(**twin, fault="dead_relu", diagnosis="dead_relu", severity="planted", final_val_acc=0.90),
         ]
     )
     table = records[["dataset", "fault", "severity", "diagnosis"]].assign(
-        family="mlp", steps=600, rules=[HEALTHY, HEALTHY], forest=[HEALTHY, "lr_too_low"]
+        family="mlp",
+        steps=600,
+        harmful=[True, True, False],  # the dead_relu cell learned as well as its twin
+        rules=[HEALTHY, HEALTHY, HEALTHY],
+        forest=[HEALTHY, "lr_too_low", "lr_too_low"],
     )
     kept = {"dead_relu": "no cell of its fault in these records (leaving out zoo/blobs)"}
     assert "\n".join(zoo.printout(table, records, kept)).splitlines() == [
         "the zoo: digits and 0 generated problems, each judged by rules and a forest fitted without it "
         "(leave-one-problem-out), at each step budget",
-        " steps method false alarms mild      planted extreme",
-        "   600  rules   0/1 (0.0%)  0/0   0/1 (0.0%)     0/0",
-        "   600 forest   0/1 (0.0%)  0/0 1/1 (100.0%)     0/0",
+        " steps method false alarms mild      planted extreme planted, harm-aware",
+        "   600  rules   0/1 (0.0%)  0/0   0/1 (0.0%)     0/0         1/2 (50.0%)",
+        "   600 forest   0/1 (0.0%)  0/0 1/1 (100.0%)     0/0         1/2 (50.0%)",
         "",
         "Per fault and size at 600 steps (rules):",
         "   planted planted",
@@ -78,6 +86,10 @@ def test_the_zoo_command_prints_the_reports_parts_as_text():
         " diagnosis severity   rules  cells",
         "lr_too_low  planted healthy      1",
         "",
+        "Fault cells left out because the fault did no measurable harm (analysis/harm.py):",
+        "    fault severity  cells  harmless",
+        "dead_relu  planted      1         1",
+        "",
         "Rules some fold could not fit kept a threshold they were not fitted on there:",
         "- no cell of its fault in these records (leaving out zoo/blobs): dead_relu",
         "",
@@ -85,7 +97,10 @@ def test_the_zoo_command_prints_the_reports_parts_as_text():
         "accuracy digits rules 1/1 leave-one-problem-out family=mlp steps=600 severity=none",
         "accuracy digits forest 1/1 leave-one-problem-out family=mlp steps=600 severity=none",
         "accuracy digits rules 0/1 leave-one-problem-out family=mlp steps=600 severity=planted",
+        # harm-aware: the harmless dead_relu cell is right when called healthy (rules), wrong when misnamed (forest)
+        "accuracy-harm-aware digits rules 1/2 leave-one-problem-out family=mlp steps=600 severity=planted",
         "accuracy digits forest 1/1 leave-one-problem-out family=mlp steps=600 severity=planted",
+        "accuracy-harm-aware digits forest 1/2 leave-one-problem-out family=mlp steps=600 severity=planted",
     ]
     markdown = zoo.describe(table, records, kept)
     for part in zoo.parts(table, records, kept):  # the same parts in the report, as markdown

@@ -1,6 +1,7 @@
 """The doctor on a model family the grid does not use (a small CNN on digits' 8x8 images), on the CPU."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -290,6 +291,45 @@ def test_the_command_line_runs_an_example_end_to_end(tmp_path):
     (where,) = document["places"]["no_zero_grad"]
     assert re.fullmatch(r"cnn_no_zero_grad\.py:\d+-\d+: def train\(Doctor\):", where), where
     assert f"     where: {where}" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_run_with_warnings_only_is_healthy_and_exits_0(tmp_path):
+    """Two thirds of a wide layer's ReLUs dead at initialization, on a run that learns: a warning, exit status 0."""
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "doctor", "examples/wide_dead_start.py", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("verdict: healthy, 1 warning"), result.stdout
+    document = json.loads(out.read_text())
+    assert document["verdict"] == "healthy" and document["warnings"] == 1
+    (warning,) = [f for f in document["findings"] if f["kind"] == "warning"]
+    assert warning["verdict"] == "dead_relu" and "the run overcame it" in warning["evidence"]
+
+
+def test_a_report_lists_its_warnings_under_the_verdict_and_counts_them():
+    from analysis.rules import WARNING, Finding
+    from doctor.core import Report
+    from doctor.machine import Check
+
+    findings = [
+        Finding("healthy", "no failing finding (2 warnings)", "nothing to fix in what the checks measure", math.nan),
+        Finding("unscaled_inputs", "inputs have an RMS of 7", "standardize", 1.4, WARNING),
+        Finding("dead_relu", "60% of ReLU units never active", "check the init", 0.2, WARNING),
+    ]
+    report = Report(findings, [Check("conclusion", True, "not needed")], 600, {}, {})
+    assert report.verdict == "healthy" and report.headline == "healthy, 2 warnings"
+    assert [f.verdict for f in report.warnings] == ["unscaled_inputs", "dead_relu"] and report.failing == []
+    text = str(report).splitlines()
+    assert text[0] == "verdict: healthy, 2 warnings  (from 600 training steps)"
+    assert text.index("warnings (oddities this run did not pay for; worth a look, not the cause of a failure):") == 3
+    assert "  - dead_relu: 60% of ReLU units never active  [+0.20 past its threshold]" in text
+    assert [f["kind"] for f in report.to_dict()["findings"]] == ["failing", "warning", "warning"]
 
 
 def test_each_verdict_points_at_the_recipe_lines_its_next_step_is_about(tmp_path):

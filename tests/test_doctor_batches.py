@@ -331,4 +331,5 @@ def test_a_recipe_says_where_its_batches_keep_inputs_and_targets(tmp_path, capsy
     recipe.write_text(RECIPE)
     status = main([str(recipe)])
     out = capsys.readouterr().out
-    assert (status, out.splitlines()[0]) == (0, "verdict: healthy  (from 60 training steps)"), out
+    # Healthy (exit 0); a run this short may carry a warning that its loss was still falling.
+    assert status == 0 and out.startswith("verdict: healthy") and "(from 60 training steps)" in out.splitlines()[0], out

@@ -196,3 +196,15 @@ def test_a_model_whose_outputs_are_not_finite_has_no_logit_reach_to_read():
     )
     assert math.isnan(report.measurements["logit_reach_span"])  # not -inf, which would read as squashed
     assert "squashed_logits" not in [f.verdict for f in report.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", [[], [nn.Tanh()]], ids=["linear", "tanh-out-of-reach"])
+def test_a_regression_report_speaks_in_r2_never_in_accuracy(head):
+    """Every line of a regression run's report (findings, warnings, checklist) names R², not accuracy or ln C."""
+    report = run("regression", head, nn.MSELoss(), 1)
+    text = str(report)
+    assert "accuracy" not in text and "ln C" not in text and "nan%" not in text.lower(), text
+    assert "validation R² " in text  # the checklist's "it learns" line, in the task's own metric
+    if head:  # the tanh keeps every output within 1 of 0: most targets out of reach
+        assert report.verdict == "unreachable_targets", text

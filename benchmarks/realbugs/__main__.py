@@ -7,13 +7,15 @@ NOT_PORTED.md instead is listed with its reason. Each recipe runs under the doct
 both programs and the ground truth, then the lines for scripts:
 
     realbugs detection <c>/<n>      buggy not healthy AND fixed healthy (each the majority over the seeds)
-    realbugs diagnosis <c>/<n>      a finding on the buggy program names a true fault type (majority over seeds)
+    realbugs diagnosis <c>/<n>      a failing finding on the buggy program names a true fault type (majority over seeds)
     realbugs fixed-healthy <c>/<n>  the fixed program called healthy (majority over the seeds)
 
 and a table of these beside each published tool's figures on the same subjects. A finding names fault types
 through VERDICT_TYPES below (the papers' rule: at least one true type named counts as a diagnosis); every
-finding of the report counts, not only the first. The figures on these programs are held out: no threshold
-or rule was fitted or tuned on them (analysis/fit.py fits on digits and generated problems only).
+failing finding of the report counts, not only the first, and no warning does (an oddity the run did not pay
+for names no fault). A fixed program whose report has warnings only is called healthy. The figures on these
+programs are held out: no threshold or rule was fitted or tuned on them (analysis/fit.py fits on digits and
+generated problems only).
 
 Results are cached per recipe, seed and content of the subject's files in the output folder (default
 runs/realbugs), so a second run only runs what changed; `--force` runs everything again. The output folder
@@ -76,6 +78,7 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     "over_clipped": (),  # clipping and loss scaling are the loop's (Keras writes it)
     "wrong_mode": (),
     "starved_loader": (),
+    "unexplained_failure": (),  # the run fails and no check names why: no fault type named
     "healthy": (),
 }
 
@@ -137,8 +140,9 @@ def run_one(subject: str, variant: str, seed: int) -> dict:
     try:
         report = run(load(folder / f"{variant}.py"))
         result["verdict"] = report.verdict
-        result["findings"] = [f.verdict for f in report.findings]
-        result["evidence"] = [f.evidence for f in report.findings]
+        result["findings"] = [f.verdict for f in report.failing]  # warnings name no diagnosis
+        result["evidence"] = [f.evidence for f in report.failing]
+        result["warnings"] = [f.verdict for f in report.warnings]
     except CannotJudge as refused:
         result["error"] = f"refused: {refused}"
     except Exception as error:  # noqa: BLE001 - a recipe's own failure is a result of the benchmark, not a crash
@@ -217,6 +221,8 @@ def _verdicts(results: list[dict]) -> str:
         key = r["verdict"] or (r["error"] or "error").split(":")[0]
         if r["verdict"] and len(r["findings"]) > 1:
             key += " (+" + ", ".join(r["findings"][1:]) + ")"
+        if r.get("warnings"):
+            key += " [warnings: " + ", ".join(r["warnings"]) + "]"
         counts[key] = counts.get(key, 0) + 1
     return "; ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 

@@ -1,0 +1,132 @@
+"""The two kinds of finding: a check that needs harm is failing only when the outcome gate is open, else a warning.
+
+Hand-made records judged with the committed thresholds and a gate at a known place (0.10 of skill), so each
+test reads one decision: a structural oddity on a run that learned as well as the references (a warning, the
+verdict healthy), the same oddity on a run that did not (failing), a loop error whatever the outcome (failing),
+harm without a named cause (unexplained_failure), and a regression run judged in R², never in accuracy.
+"""
+
+import math
+
+import pandas as pd
+import pytest
+from hand_records import PLANTED, THRESHOLDS, record
+
+from analysis.rules import HEALTHY, OUTCOME_GATE, RULES, UNEXPLAINED, WARNING, diagnose, verdicts
+
+GATED = {**THRESHOLDS, OUTCOME_GATE.name: 0.10}
+LEARNED = {"final_val_acc": 0.97, "reference_val_acc": 0.97}  # as well as the quick references
+FELL_SHORT = {"final_val_acc": 0.60, "final_train_acc": 0.62, "reference_val_acc": 0.97}
+SHORT_ON_VALIDATION = {"final_val_acc": 0.60, "reference_val_acc": 0.97}  # the training accuracy left as planted
+NEEDS_HARM = [rule.verdict for rule in RULES if rule.needs_harm]
+ON_ITS_OWN = [rule.verdict for rule in RULES if not rule.needs_harm]
+
+
+def test_every_rule_says_which_kind_of_check_it_is():
+    assert {"dead_relu", "exploding_gradients", "unscaled_inputs", "saturated_activations"} <= set(NEEDS_HARM)
+    assert {"no_zero_grad", "wrong_mode", "starved_loader", "double_softmax"} <= set(ON_ITS_OWN)
+
+
+@pytest.mark.parametrize("verdict", NEEDS_HARM)
+def test_an_oddity_the_run_overcame_is_a_warning_and_the_verdict_healthy(verdict):
+    planted = {**PLANTED[verdict], **LEARNED}
+    if verdict in ("overfitting", "model_too_small"):  # their measurement is the outcome itself: no healthy twin
+        pytest.skip("fires only on a run that fell short")
+    findings = diagnose(record(**planted), RULES, GATED)
+    assert findings[0].verdict == HEALTHY, [f.verdict for f in findings]
+    warned = [f for f in findings if f.kind == WARNING]
+    assert verdict in [f.verdict for f in warned]
+    evidence = next(f for f in warned if f.verdict == verdict).evidence
+    assert "the run overcame it (the run's accuracy skill 0.97 reached the quick references' 0.97" in evidence
+
+
+@pytest.mark.parametrize("verdict", NEEDS_HARM)
+def test_the_same_oddity_on_a_run_that_fell_short_is_the_verdict(verdict):
+    findings = diagnose(record(**{**SHORT_ON_VALIDATION, **PLANTED[verdict]}), RULES, GATED)
+    assert findings[0].verdict == verdict
+    assert findings[0].kind != WARNING
+
+
+@pytest.mark.parametrize("verdict", ON_ITS_OWN)
+def test_a_loop_recipe_or_data_error_is_failing_whatever_the_outcome(verdict):
+    findings = diagnose(record(**PLANTED[verdict]), RULES, GATED)
+    assert findings[0].verdict == verdict and findings[0].kind != WARNING
+
+
+def test_harm_without_a_named_cause_is_unexplained_and_lists_what_was_ruled_out():
+    findings = diagnose(record(**FELL_SHORT), RULES, {**GATED, "model_too_small": -1.0, "overfitting": 2.0})
+    assert [f.verdict for f in findings] == [UNEXPLAINED]
+    evidence = findings[0].evidence
+    assert "no check names a cause" in evidence and "ruled out:" in evidence and "dead_relu" in evidence
+    assert "accuracy skill 0.56 fell 43% short of the quick references' 0.97 (0 = the baseline" in evidence
+    assert "overfit one batch" in findings[0].next_step
+
+
+def test_a_healthy_run_with_no_oddity_says_no_rule_fired():
+    findings = diagnose(record(), RULES, GATED)
+    assert [(f.verdict, f.evidence) for f in findings] == [(HEALTHY, "no rule fired")]
+
+
+def test_warnings_are_counted_in_the_healthy_verdicts_evidence():
+    findings = diagnose(record(input_rms=250.0, first_loss=35.0, dead_unit_share_init=0.9), RULES, GATED)
+    assert [(f.verdict, f.kind) for f in findings] == [
+        (HEALTHY, "failing"),
+        ("unscaled_inputs", WARNING),
+        ("dead_relu", WARNING),
+    ]
+    assert findings[0].evidence == "no failing finding (2 warnings)"
+
+
+def test_verdicts_over_a_table_agree_with_diagnose():
+    rows = [
+        record(input_rms=250.0),  # a warning
+        record(input_rms=250.0, **FELL_SHORT),  # failing
+        record(**PLANTED["no_zero_grad"]),  # failing on its own
+        record(**FELL_SHORT),  # harm, no cause
+    ]
+    table = verdicts(pd.DataFrame(rows), RULES, {**GATED, "model_too_small": -1.0, "overfitting": 2.0})
+    assert table.verdict.tolist() == [HEALTHY, "unscaled_inputs", "no_zero_grad", UNEXPLAINED]
+    assert table.warnings.tolist() == [["unscaled_inputs"], [], [], []]
+    for row, verdict in zip(rows, table.verdict, strict=True):
+        assert diagnose(row, RULES, {**GATED, "model_too_small": -1.0, "overfitting": 2.0})[0].verdict == verdict
+
+
+def test_without_the_gates_threshold_every_rule_is_failing_and_nothing_is_unexplained():
+    """The naive rules (and a thresholds file from before the gate) judge as the first version did."""
+    findings = diagnose(record(input_rms=250.0), RULES, THRESHOLDS_WITHOUT_GATE)
+    assert findings[0].verdict == "unscaled_inputs"
+    assert diagnose(record(**FELL_SHORT), RULES, THRESHOLDS_WITHOUT_GATE)[0].verdict != UNEXPLAINED
+
+
+THRESHOLDS_WITHOUT_GATE = {k: v for k, v in THRESHOLDS.items() if k != OUTCOME_GATE.name}
+
+
+def test_regression_is_judged_in_r2_and_its_evidence_holds_no_accuracy():
+    regression = {
+        "task": "regression",
+        "ln_classes": 600.0,  # the targets' variance: no ln C
+        "final_val_acc": -3.64,  # R²: worse than predicting the mean
+        "final_train_acc": -3.6,
+        "baseline_val_acc": math.nan,
+        "majority_share": math.nan,
+        "reference_val_acc": math.nan,
+        "final_train_loss": 2000.0,
+        "first_loss": 2100.0,
+    }
+    findings = diagnose(record(**regression), RULES, {**GATED, "overfitting": 0.1})
+    text = " ".join(f.evidence for f in findings)
+    assert "shuffled_labels" not in [f.verdict for f in findings]  # no class prior: not judged
+    assert "accuracy" not in text and "-364%" not in text and "nan" not in text.lower(), text
+    assert findings[0].verdict == UNEXPLAINED and "R² skill is -3.64" in findings[0].evidence
+
+
+def test_overfitting_on_regression_prints_r2_by_name():
+    """Without a reference, a gap on a run whose loss fell and whose R² is above 0 is a warning, in R²."""
+    findings = diagnose(
+        record(task="regression", final_train_acc=0.95, final_val_acc=0.40, reference_val_acc=math.nan),
+        RULES,
+        {**GATED, "overfitting": 0.3},
+    )
+    assert [(f.verdict, f.kind) for f in findings] == [(HEALTHY, "failing"), ("overfitting", WARNING)]
+    assert "training R² 0.95 against validation 0.40: a gap of 0.55" in findings[1].evidence
+    assert "no quick reference for this task" in findings[1].evidence
