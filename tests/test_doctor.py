@@ -189,11 +189,20 @@ def test_a_grad_scaler_the_doctor_was_not_given_is_named_not_misread(monkeypatch
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS)
 def test_the_doctor_names_each_planted_fault_on_a_cnn(fault):
+    from analysis.rules import VERDICTS
+
     report = wrapped_run(fault)
-    assert report.verdict == fault, str(report)
+    if fault in VERDICTS and VERDICTS[fault].needs_harm:
+        # A check that needs harm names its fault among the failing findings when the run paid for it (a model
+        # too small whose loss is still falling is still_improving first), else as a warning under healthy (a
+        # CNN with BatchNorm overcomes inputs 255x too large).
+        warned = report.verdict == "healthy" and fault in [f.verdict for f in report.warnings]
+        assert fault in [f.verdict for f in report.failing] or warned, str(report)
+    else:
+        assert report.verdict == fault, str(report)
     assert report.steps == STEPS
     assert report.checklist[-1].check == "conclusion"
-    if fault != "healthy":
+    if report.verdict != "healthy":
         assert report.checklist[-1].detail.startswith("no: ")
 
 
@@ -270,16 +279,16 @@ def test_unsupported_tasks_are_refused_clearly():
         )
 
 
+def doctor_on_example(name: str, out) -> subprocess.CompletedProcess:
+    """`python -m doctor examples/NAME --json OUT`, from the repository's root."""
+    command = [sys.executable, "-m", "doctor", f"examples/{name}", "--json", str(out)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.slow
 def test_the_command_line_runs_an_example_end_to_end(tmp_path):
     out = tmp_path / "report.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "doctor", "examples/cnn_no_zero_grad.py", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = doctor_on_example("cnn_no_zero_grad.py", out)
     assert result.returncode == 1, result.stderr  # a fault was named
     assert result.stdout.startswith("verdict: no_zero_grad")
     assert "is a bigger machine the answer?" in result.stdout and "=> no: fix no_zero_grad first" in result.stdout
@@ -297,13 +306,7 @@ def test_the_command_line_runs_an_example_end_to_end(tmp_path):
 def test_a_run_with_warnings_only_is_healthy_and_exits_0(tmp_path):
     """Two thirds of a wide layer's ReLUs dead at initialization, on a run that learns: a warning, exit status 0."""
     out = tmp_path / "report.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "doctor", "examples/wide_dead_start.py", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = doctor_on_example("wide_dead_start.py", out)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("verdict: healthy, 1 warning"), result.stdout
     document = json.loads(out.read_text())
