@@ -246,8 +246,9 @@ def write_thresholds(
     tuned = records[(records.status == "ok") & records.dataset.map(is_tuned)]
     if tuned.empty:
         raise NothingToFit("no ok records of digits or the zoo problems to fit on: `make zoo` produces them")
-    by_budget = fit_budgets(tuned, kept=kept)
-    tuned = scored(tuned)
+    harm = harm_table(tuned)
+    by_budget = fit_budgets(tuned, kept=kept, harm=harm)
+    tuned = tuned[harm.harmful]  # what `scored` keeps, without judging every twin again
     document = {
         "fitted_on": {
             "datasets": sorted(tuned.dataset.unique()),

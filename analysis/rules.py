@@ -94,6 +94,7 @@ class OutcomeGate:
     feature: str = "skill_shortfall"
     loss_stalled: float = 0.9  # the loss fell by less than a tenth over the whole run: it did not learn
     beyond_noise: float = 2.0  # standard errors: what the harm test counts as a measurable difference
+    reads: tuple[str, ...] = ("skill_shortfall", "shortfall_z", "loss_left", "own_skill")  # the features it needs
 
     def is_open(self, values: Mapping, threshold: float | None) -> bool | None:
         """True (harm shown), False (no harm), or None when this gate has no threshold (the naive rules)."""
@@ -104,6 +105,15 @@ class OutcomeGate:
             return shortfall > threshold and not values["shortfall_z"] <= self.beyond_noise
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
+
+    def is_warning(self, rule: "Rule", harmed: bool | None) -> bool:
+        """Whether a rule that fired gives a warning rather than a failing finding on a run the gate judged so."""
+        return rule.needs_harm and harmed is not None and not harmed
+
+    @staticmethod
+    def verdict_without_failure(harmed: bool | None) -> str:
+        """The verdict when no finding fails: unexplained where the gate shows harm, else healthy."""
+        return UNEXPLAINED if harmed else HEALTHY
 
     def evidence(self, values: Mapping, fields: Mapping, threshold: float) -> str:
         """What the outcome was, in the task's own metric: the sentence under a failing verdict or a warning."""
@@ -595,14 +605,14 @@ def diagnose(
         if rule.fires(value, threshold):
             evidence = rule.evidence.format(**fields, value=value, threshold=threshold)
             margin = rule.margin(value, threshold)
-            if rule.needs_harm and harmed is False:
+            if OUTCOME_GATE.is_warning(rule, harmed):
                 evidence += f"; a warning, not the verdict: the run overcame it ({gate_evidence})"
                 warnings.append(Finding(rule.verdict, evidence, rule.next_step, margin, WARNING))
             else:
                 failing.append(Finding(rule.verdict, evidence, rule.next_step, margin))
     if failing:
         return failing + warnings
-    if harmed:
+    if OUTCOME_GATE.verdict_without_failure(harmed) == UNEXPLAINED:
         return [_unexplained(rules, thresholds, values, gate_evidence), *warnings]
     said = f"no failing finding ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "no rule fired"
     return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
@@ -612,11 +622,8 @@ def gate_open(table: pd.DataFrame, threshold: float | None) -> pd.Series:
     """The outcome gate on each row of a feature table: True where the run's outcome shows harm."""
     if threshold is None or math.isnan(threshold):
         return pd.Series(True, index=table.index)
-    columns = [OUTCOME_GATE.feature, "shortfall_z", "loss_left", "own_skill"]
-    opened = [
-        bool(OUTCOME_GATE.is_open(dict(zip(columns, row, strict=True)), threshold)) for row in table[columns].to_numpy()
-    ]
-    return pd.Series(opened, index=table.index)
+    rows = table[list(OUTCOME_GATE.reads)].to_dict("records")
+    return pd.Series([bool(OUTCOME_GATE.is_open(row, threshold)) for row in rows], index=table.index)
 
 
 def verdicts(
@@ -632,20 +639,17 @@ def verdicts(
     thresholds = load_thresholds() if thresholds is None else thresholds
     table = feature_table(records) if table is None else table
     gate_threshold = thresholds.get(OUTCOME_GATE.name)
-    harmed = gate_open(table, gate_threshold).to_numpy()
+    judged = gate_threshold is not None and not math.isnan(gate_threshold)
+    harmed = gate_open(table, gate_threshold).tolist() if judged else [None] * len(table)
     fired = np.array(
         [[rule.fires(v, thresholds.get(rule.verdict, math.nan)) for v in table[rule.feature]] for rule in rules]
     ).T.reshape(len(table), len(rules))
     verdict, failing, warned = [], [], []
     for row, hurt in zip(fired, harmed, strict=True):
         hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]
-        fail = [r.verdict for r in hits if not (r.needs_harm and gate_threshold is not None and not hurt)]
-        failing.append(fail)
-        warned.append([r.verdict for r in hits if r.verdict not in fail])
-        if fail:
-            verdict.append(fail[0])
-        else:
-            verdict.append(UNEXPLAINED if gate_threshold is not None and hurt else HEALTHY)
+        failing.append([r.verdict for r in hits if not OUTCOME_GATE.is_warning(r, hurt)])
+        warned.append([r.verdict for r in hits if OUTCOME_GATE.is_warning(r, hurt)])
+        verdict.append(failing[-1][0] if failing[-1] else OUTCOME_GATE.verdict_without_failure(hurt))
     return pd.DataFrame({"verdict": verdict, "fired": failing, "warnings": warned}, index=records.index)
 
 
