@@ -162,6 +162,17 @@ RULES = [
         " given",
     ),
     Rule(
+        verdict="params_not_updated",
+        needs_harm=True,
+        feature="unmoved_share",
+        above=True,
+        evidence="{value:.0%} of the parameter elements that got gradients were never moved by an optimizer step"
+        " (threshold {threshold:.0%}): the optimizer steps other tensors than the trained model's",
+        next_step="build the optimizer from the model you train, after the model is final (after .to(device),"
+        " wrapping or replacing layers): optimizer = Adam(model.parameters()); check that every trained module's"
+        " parameters are in optimizer.param_groups",
+    ),
+    Rule(
         verdict="no_zero_grad",
         needs_harm=False,
         feature="grad_carried_share",
@@ -199,6 +210,45 @@ RULES = [
         " ({lr_built:.2g}; threshold {threshold:.0%}): the schedule never brought the rate up",
         next_step="check the schedule: a warmup given in steps where it counts epochs (or the reverse), or"
         " scheduler.step() called once per epoch for a per-step schedule; log optimizer.param_groups[0]['lr']",
+    ),
+    Rule(
+        verdict="rate_decayed_early",
+        needs_harm=True,
+        feature="lr_decayed_share",
+        above=True,
+        evidence="{value:.0%} of the optimizer steps ran at under 5% of the highest rate the run had used (threshold"
+        " {threshold:.0%}; the last step's rate was {lr_last_share:.1e} of the built one): the schedule stopped the"
+        " training early",
+        next_step="check where scheduler.step() is called: a per-epoch schedule (StepLR, ExponentialLR, MultiStepLR)"
+        " stepped in the batch loop decays the rate once per batch; or give the schedule its length in optimizer"
+        " steps. Log optimizer.param_groups[0]['lr']",
+        # A schedule that ends by decaying to 0 spends its last steps there by design: a cosine over the run its
+        # last 14% (cos(pi t) < -0.9 for t > 0.856), a linear decay its last 5%. Under a fifth, the reading cannot
+        # tell a rate killed early from a schedule that ended.
+        bound=0.2,
+    ),
+    Rule(
+        verdict="weight_decay_dominates",
+        needs_harm=True,
+        feature="weight_norm_ratio",
+        above=False,
+        evidence="the weight matrices ended at {value:.2g}x their starting norm (threshold {threshold:.2g}x) while the"
+        " run fell short: each step's weight decay took away more than the gradient built",
+        next_step="lower weight_decay: rate x weight_decay is the share the weights shrink per step (AdamW's default"
+        " 0.01 at 1e-3 is 1e-5); with Adam, weight_decay is an L2 term in the gradient (use AdamW for decoupled"
+        " decay)",
+    ),
+    Rule(
+        verdict="targets_changed_in_loop",
+        needs_harm=True,
+        feature="targets_changed_share",
+        above=True,
+        evidence="{value:.0%} of the target rows the loss received differ from the rows the batch handed over"
+        " (threshold {threshold:.0%}): the targets were re-ordered or changed inside the loop, apart from their"
+        " inputs",
+        next_step="look at what the loop does to the targets between the batch and the loss: an index, sort or"
+        " shuffle applied to the targets and not to the inputs; a mix-up must mix inputs and targets with the same"
+        " pairs",
     ),
     Rule(
         verdict="double_softmax",

@@ -6,6 +6,10 @@ fitted without it (leave-one-problem-out), at every step budget, and so is the f
 Fault cells whose fault did no measurable harm against their healthy twin are left out (analysis/harm.py) and
 counted. The scores:
 - `false-alarms <dataset> <c>/<n> steps=<N>`: healthy runs called anything but healthy;
+- `false-alarms-finished <dataset> <c>/<n> steps=<N>`: the same among the healthy runs that had finished
+  learning at that budget (their own continuation reached no measurably better validation score: the convention
+  `make fit` and `make early` label by, analysis/harm.py `label_stopped_early`); a run cut while it was still
+  improving and called `still_improving` is right by that convention and a false alarm by the strict count;
 - `accuracy <dataset> <method> <c>/<n> leave-one-problem-out family=<f> steps=<N> severity=<s>`: fault cells
   (and healthy ones, severity=none) named right.
 """
@@ -15,7 +19,7 @@ from sklearn.ensemble import RandomForestClassifier
 
 from analysis.features import at_budget, budgets_of, feature_table
 from analysis.fit import NothingToFit, fit_budgets, is_tuned, kept_lines
-from analysis.harm import harm_table, harmful
+from analysis.harm import STILL_IMPROVING, harm_table, harmful, label_stopped_early
 from analysis.rules import HEALTHY, verdicts
 from analysis.score import accuracy_line, classifier, matrix
 from analysis.tables import Part, as_markdown, as_text
@@ -60,6 +64,7 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
             mine = here.dataset == problem
             fitted = thresholds.get(budget) or thresholds[max(thresholds)]
             named = verdicts(here[mine], thresholds=fitted, table=table[mine]).verdict
+            relabeled = label_stopped_early(here[mine], records).diagnosis
             train = ~mine & harm.harmful.reindex(here.index).to_numpy()
             forest = _forest(here[train], table[train])
             rows.append(
@@ -72,6 +77,8 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
                         "severity": here.severity[mine],
                         "diagnosis": here.diagnosis[mine],
                         "harmful": harm.harmful.reindex(here.index[mine]),
+                        # healthy, cut at this budget while still improving: its continuation did measurably better
+                        "improving": (here.diagnosis[mine] == HEALTHY) & (relabeled == STILL_IMPROVING),
                         "rules": named,
                         "forest": forest.predict(matrix(table[mine])),
                     }
@@ -113,6 +120,8 @@ def lines(table: pd.DataFrame) -> list[str]:
     healthy = table[table.diagnosis == HEALTHY]
     for (dataset, steps), group in healthy.groupby(["dataset", "steps"]):
         out.append(f"false-alarms {dataset} {int((group.rules != HEALTHY).sum())}/{len(group)} steps={steps}")
+        done = group[~group.improving.astype(bool)]
+        out.append(f"false-alarms-finished {dataset} {int((done.rules != HEALTHY).sum())}/{len(done)} steps={steps}")
     for r in summary(table).itertuples():
         severity = f"severity={r.severity}"
         out.append(accuracy_line(r.dataset, r.method, r.correct, r.total, ROLE, r.family, r.steps, severity))
@@ -139,7 +148,8 @@ def _share(hits: int, total: int) -> str:
 def headline(table: pd.DataFrame) -> pd.DataFrame:
     """Per budget and method: false alarms on healthy runs, faults named per severity, harm-aware when planted.
 
-    Each severity leaves harmless fault cells out; harm-aware counts every cell, a harmless fault right when named or
+    False alarms are counted on every healthy run, and on those that had finished learning at the budget. Each
+    severity leaves harmless fault cells out; harm-aware counts every cell, a harmless fault right when named or
     called healthy.
     """
     rows = []
@@ -148,6 +158,8 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
             healthy = group[group.diagnosis == HEALTHY]
             row = {"steps": steps, "method": method}
             row["false alarms"] = _share(int((healthy[method] != HEALTHY).sum()), len(healthy))
+            done = healthy[~healthy.improving.astype(bool)]
+            row["false alarms, finished runs"] = _share(int((done[method] != HEALTHY).sum()), len(done))
             hurt = group[group.harmful.astype(bool)]
             for severity in ("mild", "planted", "extreme"):
                 faults = hurt[hurt.severity == severity]

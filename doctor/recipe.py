@@ -44,10 +44,14 @@ REQUIRED = ("model", "batches", "loss", "optimizer")
 PARTS: dict[str, tuple[str, ...]] = {
     "starved_loader": ("batches",),
     "frozen_params": ("model", "optimizer"),  # requires_grad=False in the model, or parameters left out
+    "params_not_updated": ("model", "optimizer"),  # the optimizer built before the model was final
     "no_zero_grad": ("train",),
     "wrong_mode": ("train",),
     "over_clipped": ("train",),
     "warmup_never_ends": ("train",),  # the scheduler is built and stepped in the loop
+    "rate_decayed_early": ("train",),  # scheduler.step() is called in the loop
+    "weight_decay_dominates": ("optimizer",),
+    "targets_changed_in_loop": ("train",),  # what the loop does to the targets before the loss
     "amp_steps_skipped": ("train",),
     "double_softmax": ("model",),
     "squashed_logits": ("model",),

@@ -102,15 +102,19 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
 
     torch.manual_seed(cfg.seed)
     model = make_model().to(device)
-    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    optimizer = instantiate(cfg.optimizer)(optimized_params(model, make_model, cfg.loop.optimizer_copies, device))
     for group in optimizer.param_groups:
         group["lr"] *= cfg.loop.lr_scale  # the learning-rate faults: the optimizer's own rate off by a factor
+        if cfg.loop.weight_decay_share:  # the fault "weight decay that dominates", the same shrink at any rate
+            group["weight_decay"] = cfg.loop.weight_decay_share / group["lr"]
     loss_fn = loss_function(cfg.loop.loss)
     amp = cfg.loop.amp  # bfloat16 on the CPU needs no scaling, but the GradScaler runs the same either way
     scaler = torch.amp.GradScaler(device.type, enabled=amp)
     amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-    warmup = cfg.loop.warmup_steps
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
+    factor = rate_factor(
+        cfg.loop.warmup_steps, cfg.loop.lr_halflife, cfg.loop.cosine, cfg.loop.steps // cfg.loop.accumulate
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor) if factor is not None else None
     instruments = NoInstruments()
     if instrumented:
         instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every, scaler=scaler)
@@ -134,6 +138,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
     steps, eval_every, zero_every = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad_every
     accumulate = cfg.loop.accumulate  # batches (backward passes) per optimizer step
+    permute_rows = cfg.loop.permute_targets
     set_to_none, restore_train = cfg.loop.set_to_none, cfg.loop.restore_train_mode
     clip_norm, clip_scaled = cfg.loop.clip_norm, cfg.loop.clip_before_unscale
     validate = partial(evaluate, model, loss_fn, [(x_val, y_val)], eval_mode=cfg.loop.eval_mode)
@@ -147,6 +152,8 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         clock.begin_step()
         x, y = clock.copy(*next(batches))  # the host-to-device copy, timed
         began = time.perf_counter()
+        if permute_rows:  # the fault "targets changed inside the loop": after the batch was handed over
+            y = permuted_rows(y, permute_rows)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
             loss = loss_fn(model(x), y)
         # Zeroed before the first batch of an optimizer step: the fault "forgotten zero_grad" is this line missing.
@@ -201,6 +208,54 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         "n_train": len(data.y_train),
         "n_val": len(data.y_val),
     }
+
+
+def optimized_params(model: nn.Module, make_model, copies: float, device: torch.device) -> list[nn.Parameter]:
+    """The parameters the optimizer is given: the model's own, or copies for a share of them (from the input side).
+
+    The copies are the parameters of a second model built from the same factory (the fault "the model rebuilt
+    after its optimizer was made"): backward fills the trained model's .grad, and the optimizer steps tensors
+    nothing reads.
+    """
+    params = list(model.parameters())
+    left_out = round(copies * len(params))
+    if not left_out:
+        return params
+    others = list(make_model().to(device).parameters())
+    return others[:left_out] + params[left_out:]
+
+
+def rate_factor(warmup: int, halflife: int, cosine: bool, optimizer_steps: int):
+    """The LambdaLR factor of optimizer step s: a linear warmup, an exponential decay, a cosine to 0; None: none.
+
+    The decay is a per-epoch schedule stepped per batch when its half-life is a few dozen steps (the fault
+    "a schedule that kills the rate early"); the cosine over the whole run is its healthy twin.
+    """
+    if not (warmup or halflife or cosine):
+        return None
+
+    def factor(s: int) -> float:
+        rate = min(1.0, (s + 1) / warmup) if warmup else 1.0
+        if halflife:
+            rate *= 0.5 ** (s / halflife)
+        if cosine:
+            rate *= 0.5 * (1 + math.cos(math.pi * min(s, optimizer_steps) / optimizer_steps))
+        return rate
+
+    return factor
+
+
+def permuted_rows(targets: torch.Tensor, share: float) -> torch.Tensor:
+    """The targets with the first `share` of the batch's rows permuted among themselves.
+
+    The permutation is a rotation by one row, so that every permuted row gets another row's target whatever the seed.
+    """
+    rows = round(share * len(targets))
+    if rows < 2:
+        return targets
+    order = torch.arange(len(targets), device=targets.device)
+    order[:rows] = torch.roll(order[:rows], 1)
+    return targets[order]
 
 
 def final_scores(model: nn.Module, loss_fn, x_train, y_train, x_val, y_val) -> dict:

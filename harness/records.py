@@ -24,13 +24,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 12  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 13  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
 # learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps;
 # 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get; 12: the planted faults and
-# their verdicts as lists (`faults`, `verdicts`), `diagnosis` null when two are planted
+# their verdicts as lists (`faults`, `verdicts`), `diagnosis` null when two are planted; 13: steps at a decayed rate,
+# the weights' norm against their first, parameters with a gradient that never moved, targets changed at the loss
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -103,6 +104,11 @@ _COLUMNS = [
     ("lr_built", _f64, "the optimizer's rate before any schedule (param group 0's initial_lr, else its first lr)"),
     ("lr_peak_share", _f64, "the highest rate any optimizer step used, over lr_built"),
     ("lr_last_share", _f64, "the last optimizer step's rate, over lr_built"),
+    (
+        "lr_decayed_share",
+        _f64,
+        "share of optimizer steps whose rate was under 5% of the highest rate a step had used before it",
+    ),
     ("amp_scale_min", _f64, "the GradScaler's smallest scale (read at census steps and at the end; none: NaN)"),
     ("amp_scale_last", _f64, "the GradScaler's scale at the end"),
     ("amp_skipped_share", _f64, "share of optimizer steps the GradScaler skipped for inf/NaN gradients (scale halved)"),
@@ -114,6 +120,12 @@ _COLUMNS = [
     ),
     ("update_ratio_curve", pa.list_(_f64), "at each census step: the median update ratio over those matrices"),
     ("update_ratio_peak", _f64, "largest value of that curve"),
+    ("weight_norm_ratio", _f64, "joint norm of the weight matrices at the last census step over the first one's"),
+    (
+        "unmoved_share",
+        _f64,
+        "share of parameter elements with a gradient at a census step that no update measured at one moved at all",
+    ),
     ("grad_depth_ratio_init", _f64, "|.grad| of the first weight matrix over the last one's, at the first census"),
     ("grad_depth_ratio", _f64, "median of that ratio over the census steps"),
     # dead units
@@ -132,6 +144,11 @@ _COLUMNS = [
         "mean entropy of each batch's labels over that of random batches of the same size from the labels seen",
     ),
     ("majority_share", _f64, "share of the most frequent class among the training labels seen (the class prior)"),
+    (
+        "targets_changed_share",
+        _f64,
+        "share of target rows the loss received (census steps) that differ from the batch's (NaN: loss not a Module)",
+    ),
     (
         "output_prob_share",
         _f64,
@@ -215,11 +232,14 @@ CHECKPOINT_COLUMNS = [
     "lr_built",
     "lr_peak_share",
     "lr_last_share",
+    "lr_decayed_share",
     "amp_scale_min",
     "amp_scale_last",
     "amp_skipped_share",
     "update_ratio_median",
     "update_ratio_peak",
+    "weight_norm_ratio",
+    "unmoved_share",
     "grad_depth_ratio_init",
     "grad_depth_ratio",
     "dead_unit_share_init",
@@ -231,6 +251,7 @@ CHECKPOINT_COLUMNS = [
     "label_imbalance",
     "batch_label_mix",
     "majority_share",
+    "targets_changed_share",
     "output_prob_share",
     "output_spread",
     "target_reach_gap",

@@ -51,6 +51,11 @@ def record(**measurements) -> pd.Series:
         "eval_in_train_share": 0.0,
         "grad_kept_at_step": 1.0,
         "lr_peak_share": 1.0,
+        "lr_last_share": 1.0,
+        "lr_decayed_share": 0.0,
+        "weight_norm_ratio": 1.6,
+        "unmoved_share": 0.0,
+        "targets_changed_share": 0.0,
         "batch_label_mix": 1.0,
         "logit_reach_span": 3.4e4,  # a linear output layer, its weights scaled 1000x
         "lr_built": 1e-3,
@@ -81,10 +86,14 @@ FELL_SHORT = {"final_val_acc": 0.60, "final_train_acc": 0.62}
 PLANTED = {
     "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
     "frozen_params": {"params_without_grad_share": 0.92, **FELL_SHORT},
+    "params_not_updated": {"unmoved_share": 0.9, **FELL_SHORT},  # the first layer left out of the optimizer
     "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},
     "wrong_mode": {"eval_in_train_share": 1.0},
     "over_clipped": {"grad_kept_at_step": 1.5e-5, "clipped_step_share": 1.0},
     "warmup_never_ends": {"lr_peak_share": 0.01, **FELL_SHORT},
+    "rate_decayed_early": {"lr_decayed_share": 0.7, "lr_last_share": 3e-5, **FELL_SHORT},
+    "weight_decay_dominates": {"weight_norm_ratio": 1e-3, **FELL_SHORT},
+    "targets_changed_in_loop": {"targets_changed_share": 0.9, **FELL_SHORT},
     "double_softmax": {"output_prob_share": 1.0, "logit_reach_span": math.nan},  # rows that always sum to 1
     "squashed_logits": {"logit_reach_span": 1.0},  # a sigmoid after the last layer
     "bce_on_single_label": {"loss_kind": "bce_logits", "task": "onehot"},

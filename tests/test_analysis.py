@@ -67,6 +67,7 @@ def test_the_zoo_command_prints_the_reports_parts_as_text():
         family="mlp",
         steps=600,
         harmful=[True, True, False],  # the dead_relu cell learned as well as its twin
+        improving=[False, False, False],
         rules=[HEALTHY, HEALTHY, HEALTHY],
         forest=[HEALTHY, "lr_too_low", "lr_too_low"],
     )
@@ -74,9 +75,9 @@ def test_the_zoo_command_prints_the_reports_parts_as_text():
     assert "\n".join(zoo.printout(table, records, kept)).splitlines() == [
         "the zoo: digits and 0 generated problems, each judged by rules and a forest fitted without it "
         "(leave-one-problem-out), at each step budget",
-        " steps method false alarms mild      planted extreme planted, harm-aware",
-        "   600  rules   0/1 (0.0%)  0/0   0/1 (0.0%)     0/0         1/2 (50.0%)",
-        "   600 forest   0/1 (0.0%)  0/0 1/1 (100.0%)     0/0         1/2 (50.0%)",
+        " steps method false alarms false alarms, finished runs mild      planted extreme planted, harm-aware",
+        "   600  rules   0/1 (0.0%)                  0/1 (0.0%)  0/0   0/1 (0.0%)     0/0         1/2 (50.0%)",
+        "   600 forest   0/1 (0.0%)                  0/1 (0.0%)  0/0 1/1 (100.0%)     0/0         1/2 (50.0%)",
         "",
         "Per fault and size at 600 steps (rules):",
         "   planted planted",
@@ -94,6 +95,7 @@ def test_the_zoo_command_prints_the_reports_parts_as_text():
         "- no cell of its fault in these records (leaving out zoo/blobs): dead_relu",
         "",
         "false-alarms digits 0/1 steps=600",
+        "false-alarms-finished digits 0/1 steps=600",
         "accuracy digits rules 1/1 leave-one-problem-out family=mlp steps=600 severity=none",
         "accuracy digits forest 1/1 leave-one-problem-out family=mlp steps=600 severity=none",
         "accuracy digits rules 0/1 leave-one-problem-out family=mlp steps=600 severity=planted",

@@ -97,9 +97,16 @@ def wrapped_run(fault: str, steps: int = STEPS):
     if knobs.get("sqrt_at_zero"):
         make = (lambda inner: lambda: SqrtGate(inner()))(make)
     net = make()
-    optimizer = torch.optim.Adam(net.parameters(), lr=knobs.get("lr", 1e-3))
+    optimizer = torch.optim.AdamW if "weight_decay" in knobs else torch.optim.Adam
+    optimizer = optimizer(net.parameters(), lr=knobs.get("lr", 1e-3), weight_decay=knobs.get("weight_decay", 0.0))
+    if knobs.get("rebuilt"):
+        net = make()  # the model rebuilt after its optimizer was made: the optimizer holds the first one's tensors
     warmup = knobs.get("warmup", 0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
+    if knobs.get("step_lr"):  # StepLR meant per epoch (step_size in epochs), stepped after every batch
+        schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=knobs["step_lr"], gamma=0.1)
+    if knobs.get("cosine"):
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     amp = knobs.get("amp", False)
     scaler = torch.amp.GradScaler("cpu", enabled=amp)
     loss_fn = nn.CrossEntropyLoss()
@@ -119,6 +126,8 @@ def wrapped_run(fault: str, steps: int = STEPS):
         if knobs.get("zero_per_epoch"):
             optimizer.zero_grad()  # accumulation done wrong: cleared once per epoch instead of after every step
         for x, y in doctor.watch(training_batches(**data)):
+            if knobs.get("permute"):
+                y = y[torch.randperm(len(y))]  # labels re-ordered inside the loop, apart from their images
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
                 loss = loss_fn(net(x), y)
             if knobs.get("zero_grad", True) and not knobs.get("zero_per_epoch") and step % k == 0:
@@ -159,6 +168,20 @@ LOOPS = {
     "shuffle=False over data shuffled once": ({"order": "fixed"}, "healthy"),
     "shuffle=False over data sorted by class": ({"order": "class_sorted"}, "unshuffled_batches"),
     "BatchNorm, left in eval mode after a validation": ({"batchnorm": True, "eval_left": 20}, "wrong_mode"),
+    # The causes that hid behind model_too_small (issue 31), each with the advice its verdict must give.
+    "a cosine schedule to 0 over the run": ({"cosine": True}, "healthy"),
+    "StepLR(step_size=30, gamma=0.1) stepped per batch": ({"step_lr": 30}, "rate_decayed_early"),
+    "AdamW with weight_decay=50": ({"weight_decay": 50.0}, "weight_decay_dominates"),
+    "AdamW with weight_decay=0.01": ({"weight_decay": 0.01}, "healthy"),
+    "the model rebuilt after its optimizer was made": ({"rebuilt": True}, "params_not_updated"),
+    "labels permuted inside the loop": ({"permute": True}, "targets_changed_in_loop"),
+}
+# What the next step of each new cause must tell the user to change (not "more capacity").
+ADVICE = {
+    "rate_decayed_early": "scheduler.step()",
+    "weight_decay_dominates": "lower weight_decay",
+    "params_not_updated": "build the optimizer from the model you train",
+    "targets_changed_in_loop": "what the loop does to the targets",
 }
 
 
@@ -175,6 +198,9 @@ def test_the_doctor_judges_loops_of_every_standard_shape(loop, monkeypatch):
         assert carried == 0.0 if verdict == "healthy" else 0.75 < carried < 1.0
     if knobs.get("amp") and verdict != "amp_steps_skipped":
         assert report.measurements["amp_scale_last"] == 65536.0 and report.measurements["amp_skipped_share"] == 0.0
+    if verdict in ADVICE:
+        assert ADVICE[verdict] in report.findings[0].next_step, str(report)
+        assert not any("capacity" in f.next_step for f in report.failing), str(report)
     if verdict == "amp_steps_skipped":  # every step skipped: the scale halved 200 times, to a float32 denormal
         assert report.measurements["amp_skipped_share"] == 1.0 and report.measurements["amp_scale_min"] < 1e-30
 

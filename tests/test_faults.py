@@ -96,6 +96,20 @@ def test_a_warmup_that_ends_reaches_the_rate_and_one_that_never_ends_does_not(da
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
+def test_the_causes_that_hid_behind_a_model_too_small_plant_what_their_checks_read(dataset):
+    healthy = short_run("healthy", dataset)
+    assert (healthy["lr_decayed_share"], healthy["unmoved_share"], healthy["targets_changed_share"]) == (0, 0, 0)
+    # 40 steps: a half-life of 40 steps stays above 5% of the rate; the cosine's last seventh falls under it
+    assert short_run("rate_decayed_early", dataset)["lr_decayed_share"] == 0.0
+    assert 0.05 < short_run("healthy_cosine_schedule", dataset)["lr_decayed_share"] < 0.2
+    assert short_run("extreme/rate_decayed_early", dataset)["lr_last_share"] < 0.1  # 0.5 ** (39 / 10)
+    assert short_run("weight_decay_dominates", dataset)["weight_norm_ratio"] < 0.9 * healthy["weight_norm_ratio"]
+    assert short_run("params_not_updated", dataset)["unmoved_share"] == 1.0
+    assert 0.0 < short_run("mild/params_not_updated", dataset)["unmoved_share"] < 1.0
+    assert short_run("targets_changed_in_loop", dataset)["targets_changed_share"] > 0.5
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
 def test_class_sorted_batches_hold_few_classes_and_a_fixed_order_as_many_as_shuffled_ones(dataset):
     assert short_run("healthy", dataset)["batch_label_mix"] == pytest.approx(1.0, abs=0.1)
     assert short_run("healthy_fixed_order", dataset)["batch_label_mix"] == pytest.approx(1.0, abs=0.1)

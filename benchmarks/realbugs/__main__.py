@@ -51,6 +51,8 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     "lr_too_high": ("lr",),
     "lr_too_low": ("lr",),
     "warmup_never_ends": ("lr",),  # a schedule is the learning rate's
+    "rate_decayed_early": ("lr",),
+    "weight_decay_dominates": ("opt",),  # DeepFD's type for the optimizer and its settings other than the rate
     "still_improving": ("epoch",),
     "constant_output": ("act",),  # the last layer's activation (a softmax over one unit, a dead ReLU output)
     # The output's activation, or the one the loss applies itself (cross-entropy's softmax), cannot produce the
@@ -75,6 +77,8 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
     "amp_steps_skipped": (),  # mixed precision is the loop's (Keras writes it)
     "nonfinite_loss": (),  # where the NaN came from is in its evidence, not one fault type
     "no_zero_grad": (),
+    "params_not_updated": (),  # the loop's optimizer and model (Keras builds both together)
+    "targets_changed_in_loop": (),  # the loop hands the targets to the loss (Keras does)
     "over_clipped": (),  # clipping and loss scaling are the loop's (Keras writes it)
     "wrong_mode": (),
     "starved_loader": (),

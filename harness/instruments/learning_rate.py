@@ -2,21 +2,27 @@
 
 Read from the optimizer's first param group just before each update, without being told of any scheduler: a
 warmup that never ends leaves the peak and the last rate a fraction of the built one. A scheduler keeps the rate
-it started from in the group's "initial_lr"; without one the rate of the first step is the built one.
+it started from in the group's "initial_lr"; without one the rate of the first step is the built one. A schedule
+that kills the rate early (a per-epoch decay stepped per batch) leaves most steps at a sliver of the highest rate
+the run had used before them (lr_decayed_share), which a cosine over the whole run does only in its last seventh.
 """
 
 import math
 
 from harness.instruments.loop import Collector, Loop, before_update
 
+DECAYED = 0.05  # a rate under this share of the highest one used before it has all but stopped the training
+
 
 class LearningRate(Collector):
-    """The built rate, and the highest and the last rate of the optimizer's first param group."""
+    """The built rate, the highest and the last rate of the optimizer's first param group, and how long it lay dead."""
 
     def __init__(self, loop: Loop):
         self.lr_built = math.nan
         self.lr_peak = math.nan
         self.lr_last = math.nan
+        self.steps = 0
+        self.decayed_steps = 0  # optimizer steps whose rate was under DECAYED x the highest rate used before them
         self._step_hook = before_update(loop.optimizer, self._before_update)
 
     def _before_update(self, optimizer) -> None:
@@ -24,6 +30,9 @@ class LearningRate(Collector):
         lr = float(group["lr"])  # as a scheduler left it for this step
         if math.isnan(self.lr_built):
             self.lr_built = float(group.get("initial_lr", lr))  # schedulers keep the rate they started from here
+        self.steps += 1
+        if lr < DECAYED * self.lr_peak:
+            self.decayed_steps += 1
         if not lr <= self.lr_peak:  # also while the peak is NaN: no step read yet
             self.lr_peak = lr
         self.lr_last = lr
@@ -36,4 +45,5 @@ class LearningRate(Collector):
             "lr_built": self.lr_built,
             "lr_peak_share": self.lr_peak / self.lr_built if self.lr_built > 0 else math.nan,
             "lr_last_share": self.lr_last / self.lr_built if self.lr_built > 0 else math.nan,
+            "lr_decayed_share": self.decayed_steps / self.steps if self.steps else math.nan,
         }

@@ -26,6 +26,7 @@ from harness.instruments.examples import KeptExamples
 from harness.instruments.labels import Labels
 from harness.instruments.learning_rate import LearningRate
 from harness.instruments.loop import Collector, Loop
+from harness.instruments.loss_targets import LossTargets
 from harness.instruments.losses import LossCurves
 from harness.instruments.modes import Modes
 from harness.instruments.optimizer_steps import OptimizerSteps
@@ -62,6 +63,7 @@ class Instruments:
         self.probe_batch = Probe()
         self.activations = Activations(loop, self.probe_batch)
         self.labels = Labels(loop)
+        self.loss_targets = LossTargets(loop)
         self.examples = KeptExamples(loop, keep_examples)
         self.census = GradientCensus(loop, fresh_gradient)
         self.learning_rate = LearningRate(loop)
@@ -78,6 +80,7 @@ class Instruments:
             self.probe_batch,
             self.activations,
             self.labels,
+            self.loss_targets,
             self.examples,
             self.census,
             self.learning_rate,

@@ -3,6 +3,11 @@
 Against the weights' own size, the step says whether the rate fits the model, whatever kind of optimizer computed
 it: a large ratio for a rate too high, a tiny one for a rate too low. It is read on the first optimizer step at
 or after each census step (the weights copied just before the update, compared just after).
+
+The same reading gives two more: the weights' norm at each measured step against the first one (weight decay
+that dominates the update shrinks them while the loss stays high: weight_norm_ratio), and which parameters had a
+gradient but never moved at any measured step (an optimizer that holds other tensors than the trained model's,
+a model rebuilt after its optimizer was made: unmoved_share). Both read the parameters, never `.grad` alone.
 """
 
 import math
@@ -20,6 +25,8 @@ class UpdateRatios(Collector):
     def __init__(self, loop: Loop, census: GradientCensus):
         self.loop, self.census = loop, census
         self.update_ratios: list[list[float]] = []
+        self.weight_norms: list[list[float]] = []  # per measured step, per parameter: its norm before the update
+        self.moved: list[list[bool | None]] = []  # per measured step, per parameter: did it move (None: no gradient)
         self._weights_before: list[torch.Tensor] | None = None
         self._due = False  # a census asked for the update ratio of the next optimizer step
         self._hooks = [
@@ -45,12 +52,37 @@ class UpdateRatios(Collector):
         with torch.no_grad():
             params = [param for _, param in self.loop.named_params]
             moves = torch._foreach_norm(torch._foreach_sub(params, self._weights_before))
-            values = read_scalars([*moves, *torch._foreach_norm(self._weights_before)])
-        moves, scales = values[: len(params)], values[len(params) :]
+            grads = [p.grad if p.grad is not None else torch.zeros((), device=p.device) for p in params]
+            values = read_scalars([*moves, *torch._foreach_norm(self._weights_before), *torch._foreach_norm(grads)])
+        n = len(params)
+        moves, scales, grad_norms = values[:n], values[n : 2 * n], values[2 * n :]
+        self.weight_norms.append(scales)
+        # A parameter without a gradient is not expected to move (frozen, or unused by this batch): left unread.
+        self.moved.append([move > 0 if g > 0 else None for move, g in zip(moves, grad_norms, strict=True)])
         self.update_ratios.append(
             [move / scale if scale > 0 else math.nan for move, scale in zip(moves, scales, strict=True)]
         )
         self._weights_before = None
+
+    def _weight_norm_ratio(self, matrices: list[bool]) -> float:
+        """The weight matrices' joint norm at the last measured step over the first (before any update)."""
+        if len(self.weight_norms) < 2:
+            return math.nan
+        first, last = (
+            math.sqrt(sum(n**2 for n, m in zip(norms, matrices, strict=True) if m))
+            for norms in (self.weight_norms[0], self.weight_norms[-1])
+        )
+        return last / first if first > 0 else math.nan
+
+    def _unmoved_share(self) -> float:
+        """Share of the parameter elements read with a gradient that no measured update moved at all."""
+        read = unmoved = 0
+        for i, (_, param) in enumerate(self.loop.named_params):
+            seen = [step[i] for step in self.moved if step[i] is not None]
+            if seen:
+                read += param.numel()
+                unmoved += param.numel() if not any(seen) else 0
+        return unmoved / read if read else math.nan
 
     def close(self) -> None:
         for hook in self._hooks:
@@ -72,5 +104,7 @@ class UpdateRatios(Collector):
         scalars = {
             "update_ratio_median": finite_median(r for r, c in zip(update_ratio, counted, strict=False) if c),
             "update_ratio_peak": max((r for r in curve if not math.isnan(r)), default=math.nan),
+            "weight_norm_ratio": self._weight_norm_ratio(matrices),
+            "unmoved_share": self._unmoved_share(),
         }
         return {**scalars, "update_ratio": update_ratio, "update_ratio_curve": curve} if final else scalars
