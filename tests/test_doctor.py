@@ -198,9 +198,9 @@ def test_the_doctor_judges_loops_of_every_standard_shape(loop, monkeypatch):
         assert carried == 0.0 if verdict == "healthy" else 0.75 < carried < 1.0
     if knobs.get("amp") and verdict != "amp_steps_skipped":
         assert report.measurements["amp_scale_last"] == 65536.0 and report.measurements["amp_skipped_share"] == 0.0
-    if verdict in ADVICE:
-        assert ADVICE[verdict] in report.findings[0].next_step, str(report)
-        assert not any("capacity" in f.next_step for f in report.failing), str(report)
+    if verdict in ADVICE:  # the verdict's advice; later findings can follow from it (a model that never moved
+        # fits nothing, so model_too_small may follow) and the report says to fix the first and run again
+        assert ADVICE[verdict] in report.findings[0].next_step and "capacity" not in report.findings[0].next_step
     if verdict == "amp_steps_skipped":  # every step skipped: the scale halved 200 times, to a float32 denormal
         assert report.measurements["amp_skipped_share"] == 1.0 and report.measurements["amp_scale_min"] < 1e-30
 
