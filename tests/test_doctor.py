@@ -97,8 +97,8 @@ def wrapped_run(fault: str, steps: int = STEPS):
     if knobs.get("sqrt_at_zero"):
         make = (lambda inner: lambda: SqrtGate(inner()))(make)
     net = make()
-    optimizer = torch.optim.AdamW if "weight_decay" in knobs else torch.optim.Adam
-    optimizer = optimizer(net.parameters(), lr=knobs.get("lr", 1e-3), weight_decay=knobs.get("weight_decay", 0.0))
+    kind = torch.optim.AdamW if "weight_decay" in knobs else torch.optim.Adam
+    optimizer = kind(net.parameters(), lr=knobs.get("lr", 1e-3), weight_decay=knobs.get("weight_decay", 0.0))
     if knobs.get("rebuilt"):
         net = make()  # the model rebuilt after its optimizer was made: the optimizer holds the first one's tensors
     warmup = knobs.get("warmup", 0)

@@ -151,7 +151,7 @@ def test_a_loss_that_is_a_plain_function_leaves_the_targets_unmeasured():
 
 def test_rows_that_do_not_pair_are_not_compared():
     assert rows_changed(torch.arange(6), torch.arange(4)) is None
-    assert int(rows_changed(torch.tensor([0, 1, 1]), torch.tensor([[1.0], [0.0], [1.0]]).float())) == 2
+    assert rows_changed(torch.tensor([0, 1, 1]), torch.tensor([[1.0], [0.0], [1.0]])).tolist() == [True, True, False]
 
 
 def test_the_grid_permutes_a_share_of_the_rows_and_every_permuted_row_moves():

@@ -33,13 +33,13 @@ def ranks(values: torch.Tensor) -> torch.Tensor:
 
 
 def rows_changed(handed: torch.Tensor, received: torch.Tensor) -> torch.Tensor | None:
-    """How many rows of the loss's targets differ from the batch's (a 0-d tensor), or None if they do not pair."""
+    """Per row of the loss's targets: whether it differs from the batch's row; None if the two do not pair."""
     before, after = row_labels(handed.to(received.device)), row_labels(received)
     if before.shape != after.shape:
         return None
     if before.is_floating_point() or after.is_floating_point():  # real values: compared by rank, not by value
         before, after = ranks(before), ranks(after)
-    return (before != after).sum()
+    return before != after
 
 
 class LossTargets(Collector):
@@ -75,8 +75,8 @@ class LossTargets(Collector):
             changed = rows_changed(given, received.detach())
         if changed is None:
             return
-        self._changed = changed if self._changed is None else self._changed + changed
-        self.rows += row_labels(received).numel()
+        self._changed = changed.sum() if self._changed is None else self._changed + changed.sum()
+        self.rows += changed.numel()
 
     def close(self) -> None:
         if self._hook is not None:

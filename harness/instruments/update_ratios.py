@@ -25,8 +25,11 @@ class UpdateRatios(Collector):
     def __init__(self, loop: Loop, census: GradientCensus):
         self.loop, self.census = loop, census
         self.update_ratios: list[list[float]] = []
-        self.weight_norms: list[list[float]] = []  # per measured step, per parameter: its norm before the update
-        self.moved: list[list[bool | None]] = []  # per measured step, per parameter: did it move (None: no gradient)
+        self.first_norms: list[float] | None = None  # per parameter: its norm before the first measured update
+        self.last_norms: list[float] | None = None  # and before the last one
+        n = len(loop.named_params)
+        self.read = [False] * n  # per parameter: had a gradient at some measured step
+        self.moved = [False] * n  # per parameter: moved at some measured step where it had one
         self._weights_before: list[torch.Tensor] | None = None
         self._due = False  # a census asked for the update ratio of the next optimizer step
         self._hooks = [
@@ -56,9 +59,12 @@ class UpdateRatios(Collector):
             values = read_scalars([*moves, *torch._foreach_norm(self._weights_before), *torch._foreach_norm(grads)])
         n = len(params)
         moves, scales, grad_norms = values[:n], values[n : 2 * n], values[2 * n :]
-        self.weight_norms.append(scales)
+        self.first_norms = scales if self.first_norms is None else self.first_norms
+        self.last_norms = scales
         # A parameter without a gradient is not expected to move (frozen, or unused by this batch): left unread.
-        self.moved.append([move > 0 if g > 0 else None for move, g in zip(moves, grad_norms, strict=True)])
+        for i, (move, grad_norm) in enumerate(zip(moves, grad_norms, strict=True)):
+            if grad_norm > 0:
+                self.read[i], self.moved[i] = True, self.moved[i] or move > 0
         self.update_ratios.append(
             [move / scale if scale > 0 else math.nan for move, scale in zip(moves, scales, strict=True)]
         )
@@ -66,22 +72,19 @@ class UpdateRatios(Collector):
 
     def _weight_norm_ratio(self, matrices: list[bool]) -> float:
         """The weight matrices' joint norm at the last measured step over the first (before any update)."""
-        if len(self.weight_norms) < 2:
+        if len(self.update_ratios) < 2:  # fewer than two measured steps
             return math.nan
         first, last = (
             math.sqrt(sum(n**2 for n, m in zip(norms, matrices, strict=True) if m))
-            for norms in (self.weight_norms[0], self.weight_norms[-1])
+            for norms in (self.first_norms, self.last_norms)
         )
         return last / first if first > 0 else math.nan
 
     def _unmoved_share(self) -> float:
         """Share of the parameter elements read with a gradient that no measured update moved at all."""
-        read = unmoved = 0
-        for i, (_, param) in enumerate(self.loop.named_params):
-            seen = [step[i] for step in self.moved if step[i] is not None]
-            if seen:
-                read += param.numel()
-                unmoved += param.numel() if not any(seen) else 0
+        sizes = [param.numel() for _, param in self.loop.named_params]
+        read = sum(size for size, r in zip(sizes, self.read, strict=True) if r)
+        unmoved = sum(size for size, r, m in zip(sizes, self.read, self.moved, strict=True) if r and not m)
         return unmoved / read if read else math.nan
 
     def close(self) -> None:
