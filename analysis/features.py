@@ -134,6 +134,23 @@ def _fit_vs_reference(m: Mapping) -> float:
     return _div(_get(m, "final_train_acc") - baseline, room)
 
 
+def _capacity_fit(m: Mapping) -> float:
+    """What a fresh model fitted of the training examples in a clean loop, over what the references fit of them.
+
+    Both above the constant answer's score. The references' fit is the better of a ridge classifier's accuracy on
+    its own training examples and 5-NN's leave-one-out accuracy: on noisy or overlapping classes neither reaches
+    1, and a model with room to spare still fits at least as much; without a reference (regression, multi-label)
+    the yardstick is a perfect fit.
+    """
+    baseline = _get(m, "capacity_baseline")
+    references = [_get(m, "reference_train_acc"), _get(m, "reference_loo_acc")]
+    finite = [value for value in references if not math.isnan(value)]
+    room = (max(finite) if finite else 1.0) - baseline
+    if not room > 0.05:  # the references fit next to nothing beyond the constant answer: no yardstick
+        return math.nan
+    return _div(_get(m, "capacity_score") - baseline, room)
+
+
 def _excess_error(train_acc: float, val_acc: float, n_train: float, n_val: float) -> float:
     """How many standard errors the error on the training labels exceeds the error on validation."""
     train_error, val_error = 1 - train_acc, 1 - val_acc
@@ -529,6 +546,16 @@ FEATURES_LIST = [
         "a quick reference fit on the same data: what is reachable on this task, hard or easy",
         False,
         _fit_vs_reference,
+    ),
+    Feature(
+        "capacity_fit",
+        "what a fresh copy of the model fits of up to 1024 training examples in a clean loop (Adam, full batch),"
+        " over what quick references fit of them, both above the best constant answer",
+        "the references' fit of the training examples (a ridge classifier's training accuracy or 5-NN's"
+        " leave-one-out, the better; a perfect fit without a reference): noisy classes hold both down, a model"
+        " with room to spare fits at least as much, one too small for the data less, however it is trained",
+        False,
+        _capacity_fit,
     ),
     Feature(
         "label_noise_z",

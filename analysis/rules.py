@@ -441,13 +441,20 @@ RULES = [
         next_step="get more data or augment it, regularize (weight decay, dropout), or stop earlier",
     ),
     Rule(
+        # Capacity evidence, not "fails, cause unknown": a fresh copy trained in a clean loop cannot fit the data
+        # either, so no change to the run's loop would make this model fit it. Without a model factory (the
+        # doctor's model_factory=) the fit is not measured and a run that fell short is unexplained_failure.
         verdict="model_too_small",
         needs_harm=True,
-        feature="fit_vs_reference",
+        feature="capacity_fit",
         above=False,
-        evidence="training {metric_name} {train_score} is only {value:.0%} of the way from the baseline to what a"
-        " quick reference reaches on held-out examples ({reference_score}; threshold {threshold:.0%})",
+        evidence="a fresh copy of the model, trained in a clean loop (Adam at {capacity_rate:.0e}, full batch) on"
+        " {capacity_examples:.0f} of the training examples, fits only {value:.0%} as much of them as quick references"
+        " do, above the best constant answer ({metric_name} {capacity_score:.2f}; threshold {threshold:.0%}): the"
+        " model cannot represent the data, however it is trained; the run's training {metric_name} {train_score}, a"
+        " quick reference's on held-out examples {reference_score}",
         next_step="give the model more capacity (wider or deeper layers) and check it can fit the training set",
+        # "Cannot fit" is fitting less than the references; a threshold above 1 would fire on models that fit more.
         bound=1.0,
     ),
 ]
@@ -618,14 +625,30 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
     return fields
 
 
-def _unexplained(rules: list[Rule], thresholds: Mapping, values: Mapping, gate_evidence: str) -> Finding:
+def _unexplained(
+    rules: list[Rule], thresholds: Mapping, values: Mapping, fields: Mapping, gate_evidence: str
+) -> Finding:
     """The verdict when the outcome shows harm and no check names a cause: what was measured and ruled out."""
     judged = [rule.verdict for rule in rules if rule.verdict in thresholds and not math.isnan(values[rule.feature])]
     evidence = (
         f"the run did not learn as it should ({gate_evidence}), and no check names a cause; ruled out:"
         f" {', '.join(judged) if judged else 'nothing (no check could be read)'}"
     )
-    return Finding(UNEXPLAINED, evidence, UNEXPLAINED_NEXT, math.nan)
+    said = _capacity_said(values["capacity_fit"], fields, thresholds.get("model_too_small"))
+    return Finding(UNEXPLAINED, f"{evidence}; {said}", UNEXPLAINED_NEXT, math.nan)
+
+
+def _capacity_said(fit: float, fields: Mapping, threshold: float | None) -> str:
+    """What the capacity fit says about a run that fell short for no named cause: whether the model could fit."""
+    if math.isnan(fit):
+        return "whether the model can fit the data was not measured (it takes a model factory)"
+    said = (
+        f"a fresh copy of the model, trained in a clean loop on {fields['capacity_examples']:.0f} training examples,"
+        f" fits {fit:.0%} as much of them as quick references do"
+    )
+    if threshold is None or fit < threshold:
+        return said
+    return f"{said}: it has the capacity, so what held the run back is in the run's own loop or recipe"
 
 
 def diagnose(
@@ -663,7 +686,7 @@ def diagnose(
     if failing:
         return failing + warnings
     if OUTCOME_GATE.verdict_without_failure(harmed) == UNEXPLAINED:
-        return [_unexplained(rules, thresholds, values, gate_evidence), *warnings]
+        return [_unexplained(rules, thresholds, values, fields, gate_evidence), *warnings]
     said = f"no failing finding ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "no rule fired"
     return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
 

@@ -60,7 +60,8 @@ from doctor.machine import bigger_machine
 from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, same_shape, to_device
 from harness.evaluation import evaluate
-from harness.instruments import Instruments, example_rows, memorize
+from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows, fit_capacity, memorize
+from harness.instruments.memorization import CAPACITY_STEPS, NO_CAPACITY
 from harness.reference import EMPTY as REFERENCE_EMPTY
 from harness.reference import reference_fit
 from harness.targets import TaskError, class_labels, task_of
@@ -106,6 +107,8 @@ class Doctor:
         census_every: int = 50,
         keep_batches: int = 8,
         memorize_steps: int = 300,
+        capacity_examples: int = CAPACITY_EXAMPLES,
+        capacity_steps: int = CAPACITY_STEPS,
         scaler: "torch.amp.GradScaler | None" = None,
         inputs=None,
         targets=None,
@@ -115,6 +118,13 @@ class Doctor:
         with refusing():  # where each batch keeps its inputs and targets (harness/batches.py); None: read from it
             self.layout = BatchLayout(model, inputs=inputs, targets=targets, output=output)
         self.memorize_steps = memorize_steps  # per rate, on a fresh model from model_factory (3 rates)
+        # The capacity fit's examples: the last this many trained on (0: no capacity fit, so no model_too_small).
+        if not (isinstance(capacity_examples, int) and capacity_examples >= 0):
+            raise ValueError(f"capacity_examples must be an int >= 0 (0: no capacity fit), not {capacity_examples!r}")
+        self.capacity_examples = capacity_examples if model_factory is not None else 0
+        if not (isinstance(capacity_steps, int) and capacity_steps >= 0):
+            raise ValueError(f"capacity_steps must be an int >= 0 (0: no capacity fit), not {capacity_steps!r}")
+        self.capacity_steps = capacity_steps
         self.validation, self.model_factory = validation, model_factory
         # With mixed precision the loop's GradScaler: .grad holds gradients times its scale until unscale_.
         self.instruments = Instruments(
@@ -122,9 +132,11 @@ class Doctor:
         )
         self.nonfinite = NonFiniteWatch(model, self.instruments.named_params)
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
-        # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy).
+        # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy); with a
+        # model factory, as many as the capacity fit takes.
         self.recent: deque = deque()
         self.keep_batches, self._recent_examples = keep_batches, 0
+        self._keep_examples = max(RECENT_EXAMPLES, self.capacity_examples)
         self.n_classes: int | None = None
         self.task: str | None = None
         self.uninformed_loss = math.nan  # the loss of a guess that ignores the inputs (ln C for classes)
@@ -166,7 +178,7 @@ class Doctor:
         self._recent_examples += _batch_size(targets)
         while (
             len(self.recent) > self.keep_batches
-            and self._recent_examples - _batch_size(self.recent[0][1]) >= RECENT_EXAMPLES
+            and self._recent_examples - _batch_size(self.recent[0][1]) >= self._keep_examples
         ):
             self._recent_examples -= _batch_size(self.recent.popleft()[1])
 
@@ -200,7 +212,7 @@ class Doctor:
         measured = self.instruments.finish()
         if self.instruments.scaler is None:
             _no_hidden_scaler(self.instruments.kept_at_step)
-        train_loss, train_acc = self._evaluate(list(self.recent), split=False)
+        train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
         val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan, math.nan)
         memorized = {
             "memorize_rates": [],
@@ -224,6 +236,17 @@ class Doctor:
                 )
             else:
                 self.unmemorized = "every example it would fit holds NaN or inf"
+        capacity = dict(NO_CAPACITY)
+        pairs = _finite_pairs(self.recent, self.capacity_examples)
+        if pairs:
+            device = next(self.model.parameters()).device
+            capacity = fit_capacity(
+                self.model_factory,
+                [(to_device(x, device), y.to(device)) for x, y in pairs],
+                self.loss_fn,
+                steps=self.capacity_steps,
+                forward=self.layout.forward,
+            )
         kept = self.instruments.kept_examples()
         held = (
             _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
@@ -234,6 +257,7 @@ class Doctor:
         return {
             **measured,
             **memorized,
+            **capacity,
             **reference,
             "n_classes": self.n_classes,
             "ln_classes": self.uninformed_loss,
@@ -326,6 +350,31 @@ def _no_hidden_scaler(kept_at_step: list[float]) -> None:
 def _take(inputs, keep: torch.Tensor):
     """The examples of the inputs where `keep` is true."""
     return apply(inputs, lambda t: t[keep.to(t.device)])
+
+
+def _last_batches(pairs: deque, least: int) -> list:
+    """The last (inputs, targets) pairs holding at least RECENT_EXAMPLES examples and at least `least` pairs."""
+    kept, examples = [], 0
+    for x, y in reversed(pairs):
+        if len(kept) >= least and examples >= RECENT_EXAMPLES:
+            break
+        kept.append((x, y))
+        examples += _batch_size(y)
+    return kept[::-1]
+
+
+def _finite_pairs(pairs: Iterable, n: int) -> list:
+    """Up to `n` of the last examples of these split batches, as pairs, leaving out batches with NaN or inf inputs."""
+    kept, have = [], 0
+    for x, y in reversed(list(pairs)):
+        if have >= n:
+            break
+        if y.dim() == 0 or not all(bool(torch.isfinite(values).all()) for values in floats(x)):
+            continue
+        take = min(len(y), n - have)
+        kept.append((head(x, take), y[:take]))
+        have += take
+    return kept[::-1]
 
 
 def _first_examples(pairs: Iterable, n: int) -> tuple:

@@ -26,7 +26,7 @@ from torch import nn
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
 from harness.data import RelativeStall, load_splits, training_batches
 from harness.evaluation import evaluate
-from harness.instruments import Instruments, NoInstruments, memorize
+from harness.instruments import Instruments, NoInstruments, fit_capacity, memorize
 from harness.model import build_model
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
 from harness.reference import EMPTY as NO_REFERENCE
@@ -197,10 +197,21 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         seed=cfg.seed,
         check=check,
     )
+    n = cfg.capacity.examples  # capacity: a fresh model on many of the examples the run trained on
+    fitted = fit_capacity(
+        make_model,
+        [(x_train[:n], y_train[:n])],
+        loss_fn,
+        rates=cfg.capacity.rates,
+        steps=cfg.capacity.steps,
+        seed=cfg.seed,
+        check=check,
+    )
     return {
         **measurements,
         **snapshots[-1],
         **memorized,
+        **fitted,
         **reference,
         "checkpoints": snapshots if instrumented else [],
         "ln_classes": math.log(data.n_classes),

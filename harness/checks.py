@@ -92,6 +92,12 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "memorize.examples": _int_at_least(1),
     "memorize.steps": _int_at_least(0),
     "memorize.rates": ((lambda v: isinstance(v, list) and all(_number(r) and r > 0 for r in v)), "a list of rates > 0"),
+    "capacity.examples": _int_at_least(1),
+    "capacity.steps": _int_at_least(0),
+    "capacity.rates": (
+        (lambda v: isinstance(v, list) and len(v) > 0 and all(_number(r) and r > 0 for r in v)),
+        "a list of one or more rates > 0",
+    ),
     "run.threads": _int_at_least(0),
     "run.time_limit_s": _POSITIVE,
     "run.force": _BOOL,

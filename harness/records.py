@@ -24,14 +24,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 13  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 14  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
 # learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps;
 # 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get; 12: the planted faults and
 # their verdicts as lists (`faults`, `verdicts`), `diagnosis` null when two are planted; 13: steps at a decayed rate,
-# the weights' norm against their first, parameters with a gradient that never moved, targets changed at the loss
+# the weights' norm against their first, parameters with a gradient that never moved, targets changed at the loss;
+# 14: capacity, what a fresh model fits of up to 1024 training examples in a clean loop
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -78,6 +79,11 @@ _COLUMNS = [
     ("memorize_losses", pa.list_(_f64), "final loss on the memorized examples, per rate"),
     ("memorize_best_loss", _f64, "lowest finite final loss over the rates"),
     ("memorize_best_rate", _f64, "rate that reached it"),
+    # capacity
+    ("capacity_score", _f64, "score (accuracy, R², per-label accuracy) of a fresh model on the examples it fitted"),
+    ("capacity_baseline", _f64, "what the best constant answer scores on those examples"),
+    ("capacity_rate", _f64, "the Adam rate that reached that score (the better of capacity.rates)"),
+    ("capacity_examples", _i64, "training examples the fresh model fitted, full batch, capacity.steps steps"),
     # gradient census (per parameter tensor: medians over the census steps)
     ("census_steps", pa.list_(_i64), "steps at which the census was taken"),
     ("param_names", pa.list_(_str), "parameter tensors, in model order"),

@@ -76,6 +76,10 @@ def record(**measurements) -> pd.Series:
         "memorize_best_loss": 0.001,
         "memorize_rates": [1e-4, 1e-3, 1e-2],
         "memorize_losses": [0.5, 0.001, 0.0],
+        "capacity_score": 1.0,  # a fresh copy fits every one of the examples: room to spare
+        "capacity_baseline": 0.1,
+        "capacity_rate": 1e-2,
+        "capacity_examples": 1024,
     }
     return pd.Series({**empty_record(), **values, **measurements})
 
@@ -113,5 +117,6 @@ PLANTED = {
     "shuffled_labels": {"final_val_acc": 0.1, "final_train_acc": 0.45, "reference_val_acc": 0.11},
     "label_noise": {"reference_loo_acc": 0.7, "reference_knn_val_acc": 0.95, "final_train_acc": 0.75},
     "overfitting": {"final_val_acc": 0.55, "final_val_loss": 2.4, "final_train_loss": 0.001},
-    "model_too_small": {"final_train_acc": 0.5, "final_val_acc": 0.48},
+    # Capacity evidence: a fresh copy in a clean loop cannot fit the examples either.
+    "model_too_small": {"final_train_acc": 0.5, "final_val_acc": 0.48, "capacity_score": 0.55},
 }

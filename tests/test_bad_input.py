@@ -100,6 +100,8 @@ KNOBS = {
     "loop.lr_scale=0": "loop.lr_scale=0 is out of range: it must be a finite number > 0",
     "loop.budgets=[0,100]": "loop.budgets=[0, 100] is out of range: it must be a list of integers >= 1",
     "memorize.rates=[0.001,-1]": "memorize.rates=[0.001, -1] is out of range: it must be a list of rates > 0",
+    "capacity.rates=[]": "capacity.rates=[] is out of range: it must be a list of one or more rates > 0",
+    "capacity.examples=0": "capacity.examples=0 is out of range: it must be an integer >= 1",
     "model.dropout=1.0": "model.dropout=1.0 is out of range: it must be a number in [0, 1)",
     "model.hidden=[64,0]": "model.hidden=[64, 0] is out of range: it must be a list of integers >= 1",
     "run.time_limit_s=0": "run.time_limit_s=0 is out of range: it must be a finite number > 0",

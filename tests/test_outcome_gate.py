@@ -30,7 +30,7 @@ def test_every_rule_says_which_kind_of_check_it_is():
 @pytest.mark.parametrize("verdict", NEEDS_HARM)
 def test_an_oddity_the_run_overcame_is_a_warning_and_the_verdict_healthy(verdict):
     planted = {**PLANTED[verdict], **LEARNED}
-    if verdict in ("overfitting", "model_too_small"):  # their measurement is the outcome itself: no healthy twin
+    if verdict == "overfitting":  # its measurement is the outcome itself: no healthy twin
         pytest.skip("fires only on a run that fell short")
     findings = diagnose(record(**planted), RULES, GATED)
     assert findings[0].verdict == HEALTHY, [f.verdict for f in findings]
@@ -54,12 +54,31 @@ def test_a_loop_recipe_or_data_error_is_failing_whatever_the_outcome(verdict):
 
 
 def test_harm_without_a_named_cause_is_unexplained_and_lists_what_was_ruled_out():
-    findings = diagnose(record(**FELL_SHORT), RULES, {**GATED, "model_too_small": -1.0, "overfitting": 2.0})
+    findings = diagnose(record(**FELL_SHORT), RULES, {**GATED, "overfitting": 2.0})
     assert [f.verdict for f in findings] == [UNEXPLAINED]
     evidence = findings[0].evidence
     assert "no check names a cause" in evidence and "ruled out:" in evidence and "dead_relu" in evidence
     assert "accuracy skill 0.56 fell 43% short of the quick references' 0.97 (0 = the baseline" in evidence
     assert "overfit one batch" in findings[0].next_step
+
+
+def test_harm_from_a_model_that_fits_its_examples_in_a_clean_loop_is_not_model_too_small():
+    """The cause that is not known is said so, with the capacity fit that rules out the model's size."""
+    findings = diagnose(record(**FELL_SHORT), RULES, {**GATED, "overfitting": 2.0})
+    assert findings[0].verdict == UNEXPLAINED
+    assert "trained in a clean loop on 1024 training examples, fits 101% as much of them" in findings[0].evidence
+    assert "it has the capacity" in findings[0].evidence
+
+
+def test_without_a_capacity_fit_a_run_that_fell_short_is_never_called_model_too_small():
+    """No model factory, no capacity evidence: "fails, cause unknown" is not a small model."""
+    unmeasured = {"capacity_score": math.nan, "capacity_baseline": math.nan, "capacity_examples": 0}
+    findings = diagnose(record(**FELL_SHORT, **unmeasured), RULES, {**GATED, "overfitting": 2.0})
+    assert findings[0].verdict == UNEXPLAINED
+    assert "whether the model can fit the data was not measured" in findings[0].evidence
+    small = diagnose(record(**FELL_SHORT, capacity_score=0.55), RULES, {**GATED, "overfitting": 2.0})[0]
+    assert small.verdict == "model_too_small"
+    assert "on 1024 of the training examples, fits only 51% as much of them as quick references do" in small.evidence
 
 
 def test_a_healthy_run_with_no_oddity_says_no_rule_fired():
@@ -84,11 +103,11 @@ def test_verdicts_over_a_table_agree_with_diagnose():
         record(**PLANTED["no_zero_grad"]),  # failing on its own
         record(**FELL_SHORT),  # harm, no cause
     ]
-    table = verdicts(pd.DataFrame(rows), RULES, {**GATED, "model_too_small": -1.0, "overfitting": 2.0})
+    table = verdicts(pd.DataFrame(rows), RULES, {**GATED, "overfitting": 2.0})
     assert table.verdict.tolist() == [HEALTHY, "unscaled_inputs", "no_zero_grad", UNEXPLAINED]
     assert table.warnings.tolist() == [["unscaled_inputs"], [], [], []]
     for row, verdict in zip(rows, table.verdict, strict=True):
-        assert diagnose(row, RULES, {**GATED, "model_too_small": -1.0, "overfitting": 2.0})[0].verdict == verdict
+        assert diagnose(row, RULES, {**GATED, "overfitting": 2.0})[0].verdict == verdict
 
 
 def test_without_the_gates_threshold_every_rule_is_failing_and_nothing_is_unexplained():

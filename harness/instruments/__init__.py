@@ -21,8 +21,9 @@ rate in the optimizer's param group at each step, against the rate it was built 
 as if the run had stopped there). `kept_examples()` returns the first training examples the loop was fed,
 for the reference fit (harness/reference.py).
 
-`memorize` is the one check that needs a fresh model: it trains new models from the run's own model
-factory on a handful of the run's examples, at fixed sensible rates.
+`memorize` and `fit_capacity` are the checks that need a fresh model: they train new models from the run's own
+model factory, at fixed sensible rates, on a handful of the run's examples (can it learn at all?) and on up to
+`CAPACITY_EXAMPLES` of them (can it fit this much data?).
 
 The modules, each with one job:
 
@@ -33,10 +34,10 @@ The modules, each with one job:
   outputs.py (task, loss, probability rows, confident disagreement, output reach), modes.py (train/eval mode),
   labels.py (class mix), examples.py (kept for the reference fit), census.py (gradients), update_ratios.py,
   clearing.py (was .grad cleared), optimizer_steps.py, clipping.py, learning_rate.py, amp.py (GradScaler).
-- signals.py: the pure functions (spikes, the activation census, ...); memorization.py: `memorize`.
+- signals.py: the pure functions (spikes, the activation census, ...); memorization.py: `memorize`, `fit_capacity`.
 """
 
-from harness.instruments.memorization import memorize
+from harness.instruments.memorization import CAPACITY_EXAMPLES, fit_capacity, memorize
 from harness.instruments.observer import Instruments, NoInstruments
 from harness.instruments.signals import (
     activation_census,
@@ -49,11 +50,13 @@ from harness.instruments.signals import (
 )
 
 __all__ = [
+    "CAPACITY_EXAMPLES",
     "Instruments",
     "NoInstruments",
     "activation_census",
     "dead_units",
     "example_rows",
+    "fit_capacity",
     "last_module",
     "memorize",
     "periodicity",
