@@ -364,7 +364,11 @@ def _last_batches(pairs: deque, least: int) -> list:
 
 
 def _finite_pairs(pairs: Iterable, n: int) -> list:
-    """Up to `n` of the last examples of these split batches, as pairs, leaving out batches with NaN or inf inputs."""
+    """Up to `n` of the last examples of these split batches, leaving out batches with NaN or inf inputs.
+
+    Consecutive batches of the same shapes are joined into one pair: a loop of batches of 1 would otherwise make
+    every step of the capacity fit a thousand forward passes of one example (the same gradient, far slower).
+    """
     kept, have = [], 0
     for x, y in reversed(list(pairs)):
         if have >= n:
@@ -374,7 +378,14 @@ def _finite_pairs(pairs: Iterable, n: int) -> list:
         take = min(len(y), n - have)
         kept.append((head(x, take), y[:take]))
         have += take
-    return kept[::-1]
+    joined: list[tuple] = []
+    for x, y in kept[::-1]:
+        if joined and same_shape(x, joined[-1][0][0]) and y.shape[1:] == joined[-1][1][0].shape[1:]:
+            joined[-1][0].append(x)
+            joined[-1][1].append(y)
+        else:
+            joined.append(([x], [y]))
+    return [(join(xs), torch.cat(ys)) for xs, ys in joined]
 
 
 def _first_examples(pairs: Iterable, n: int) -> tuple:
