@@ -135,20 +135,30 @@ def _fit_vs_reference(m: Mapping) -> float:
 
 
 def _capacity_fit(m: Mapping) -> float:
-    """What a fresh model fitted of the training examples in a clean loop, over what the references fit of them.
+    """What the model has shown it can fit of the training examples, over what the references fit of them.
 
-    Both above the constant answer's score. The references' fit is the better of a ridge classifier's accuracy on
-    its own training examples and 5-NN's leave-one-out accuracy: on noisy or overlapping classes neither reaches
-    1, and a model with room to spare still fits at least as much; without a reference (regression, multi-label)
-    the yardstick is a perfect fit.
+    What it has shown is the better of two fits: a fresh copy's in a clean loop (the capacity fit), and the run's
+    own training score. A short clean fit can fall short where the run's own longer training got there (Adam
+    moves a weight by about its rate per step, so 100 steps at 1e-2 cannot reach a weight of 5), and a model
+    that fitted the examples in its own run has the capacity, whatever the clean fit reached. Without a capacity
+    fit (no model factory, or it was turned off) there is no evidence either way: NaN.
+    Both are measured above the constant answer's score. The references' fit is the better of a ridge
+    classifier's accuracy on its own training examples and 5-NN's leave-one-out accuracy: on noisy or
+    overlapping classes neither reaches 1, and a model with room to spare still fits at least as much. Without a
+    reference (regression, multi-label: the references are classifiers) there is no yardstick, and no evidence
+    either way: a perfect fit is no yardstick, since noisy targets keep any model's R² under 1.
     """
-    baseline = _get(m, "capacity_baseline")
+    baseline, fitted = _get(m, "capacity_baseline"), _get(m, "capacity_score")
     references = [_get(m, "reference_train_acc"), _get(m, "reference_loo_acc")]
     finite = [value for value in references if not math.isnan(value)]
-    room = (max(finite) if finite else 1.0) - baseline
+    if math.isnan(fitted) or not finite:
+        return math.nan
+    room = max(finite) - baseline
     if not room > 0.05:  # the references fit next to nothing beyond the constant answer: no yardstick
         return math.nan
-    return _div(_get(m, "capacity_score") - baseline, room)
+    own = _get(m, "final_train_acc")
+    shown = fitted if math.isnan(own) else max(fitted, own)
+    return _div(shown - baseline, room)
 
 
 def _excess_error(train_acc: float, val_acc: float, n_train: float, n_val: float) -> float:
@@ -549,10 +559,11 @@ FEATURES_LIST = [
     ),
     Feature(
         "capacity_fit",
-        "what a fresh copy of the model fits of up to 1024 training examples in a clean loop (Adam, full batch),"
-        " over what quick references fit of them, both above the best constant answer",
+        "what the model has shown it fits of the training examples (the better of a fresh copy's fit of up to 1024"
+        " of them in a clean loop, Adam, full batch, and the run's own training score), over what quick"
+        " references fit of them, both above the best constant answer",
         "the references' fit of the training examples (a ridge classifier's training accuracy or 5-NN's"
-        " leave-one-out, the better; a perfect fit without a reference): noisy classes hold both down, a model"
+        " leave-one-out, the better; none without a reference): noisy classes hold both down, a model"
         " with room to spare fits at least as much, one too small for the data less, however it is trained",
         False,
         _capacity_fit,

@@ -441,18 +441,18 @@ RULES = [
         next_step="get more data or augment it, regularize (weight decay, dropout), or stop earlier",
     ),
     Rule(
-        # Capacity evidence, not "fails, cause unknown": a fresh copy trained in a clean loop cannot fit the data
-        # either, so no change to the run's loop would make this model fit it. Without a model factory (the
-        # doctor's model_factory=) the fit is not measured and a run that fell short is unexplained_failure.
+        # Capacity evidence, not "fails, cause unknown": neither the run nor a fresh copy trained in a clean loop
+        # fits the data, so no change to the run's loop would make this model fit it. Without a model factory
+        # (the doctor's model_factory=) the fit is not measured and a run that fell short is unexplained_failure.
         verdict="model_too_small",
         needs_harm=True,
         feature="capacity_fit",
         above=False,
-        evidence="a fresh copy of the model, trained in a clean loop (Adam at {capacity_rate:.0e}, full batch) on"
-        " {capacity_examples:.0f} of the training examples, fits only {value:.0%} as much of them as quick references"
-        " do, above the best constant answer ({metric_name} {capacity_score:.2f}; threshold {threshold:.0%}): the"
-        " model cannot represent the data, however it is trained; the run's training {metric_name} {train_score}, a"
-        " quick reference's on held-out examples {reference_score}",
+        evidence="the model fits only {value:.0%} as much of its training examples as quick references do, above"
+        " the best constant answer (threshold {threshold:.0%}): a fresh copy trained in a clean loop (Adam at"
+        " {capacity_rate:.0e}, full batch) on {capacity_examples:.0f} of them reaches {metric_name}"
+        " {capacity_score:.2f}, the run itself {train_score}; the model cannot represent the data, however it is"
+        " trained; a quick reference's {metric_name} on held-out examples {reference_score}",
         next_step="give the model more capacity (wider or deeper layers) and check it can fit the training set",
         # "Cannot fit" is fitting less than the references; a threshold above 1 would fire on models that fit more.
         bound=1.0,
@@ -641,10 +641,21 @@ def _unexplained(
 def _capacity_said(fit: float, fields: Mapping, threshold: float | None) -> str:
     """What the capacity fit says about a run that fell short for no named cause: whether the model could fit."""
     if math.isnan(fit):
-        return "whether the model can fit the data was not measured (it takes a model factory)"
+        score = fields.get("capacity_score")
+        if score is None or math.isnan(float(score)):
+            return (
+                "whether the model can fit the data was not measured (it takes a model factory, and inputs whose rows"
+                " are the examples)"
+            )
+        return (
+            f"a fresh copy of the model, trained in a clean loop on {fields['capacity_examples']:.0f} training"
+            f" examples, reaches {fields['metric_name']} {float(score):.2f} on them; with no quick"
+            " reference to hold that against (no classes, or references that fit next to nothing), it says neither"
+            " that the model is too small nor that it is not"
+        )
     said = (
-        f"a fresh copy of the model, trained in a clean loop on {fields['capacity_examples']:.0f} training examples,"
-        f" fits {fit:.0%} as much of them as quick references do"
+        f"the model fits {fit:.0%} as much of its training examples as quick references do (the better of the run's"
+        f" own fit and a fresh copy's, trained in a clean loop on {fields['capacity_examples']:.0f} of them)"
     )
     if threshold is None or fit < threshold:
         return said

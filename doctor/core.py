@@ -58,7 +58,7 @@ from analysis.features import FEATURES, features
 from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
 from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
-from harness.batches import BatchError, BatchLayout, apply, floats, head, join, same_shape, to_device
+from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows, fit_capacity, memorize
 from harness.instruments.memorization import CAPACITY_STEPS, NO_CAPACITY
@@ -220,7 +220,12 @@ class Doctor:
             "memorize_best_loss": math.nan,
             "memorize_best_rate": math.nan,
         }
-        if self.model_factory is not None and self.instruments.probe is not None:
+        # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
+        # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
+        not_rows = _not_example_rows(self.recent)
+        if not_rows and self.model_factory is not None:
+            self.unmemorized = not_rows
+        if self.model_factory is not None and self.instruments.probe is not None and not not_rows:
             x, y = _first_examples(self.recent, 16)
             finite = torch.ones(len(y), dtype=torch.bool)  # NaN or inf examples cannot be fitted: leave them out
             for values in floats(x):
@@ -237,7 +242,7 @@ class Doctor:
             else:
                 self.unmemorized = "every example it would fit holds NaN or inf"
         capacity = dict(NO_CAPACITY)
-        pairs = _finite_pairs(self.recent, self.capacity_examples)
+        pairs = _finite_pairs(self.recent, self.capacity_examples) if not not_rows else []
         if pairs:
             device = next(self.model.parameters()).device
             capacity = fit_capacity(
@@ -386,6 +391,20 @@ def _finite_pairs(pairs: Iterable, n: int) -> list:
         else:
             joined.append(([x], [y]))
     return [(join(xs), torch.cat(ys)) for xs, ys in joined]
+
+
+def _not_example_rows(pairs: Iterable) -> str:
+    """Why these split batches' inputs have no example rows to take, or "" when each has one row per target.
+
+    The inputs' first dimension is the examples' unless the loop keeps the batch elsewhere (sequence first).
+    """
+    for x, y in pairs:
+        if rows(x) != _batch_size(y):
+            return (
+                f"the inputs' first dimension ({rows(x)}) is not the targets' ({_batch_size(y)}): the examples are not"
+                " rows of the inputs (sequence first?), so none can be taken to fit"
+            )
+    return ""
 
 
 def _first_examples(pairs: Iterable, n: int) -> tuple:

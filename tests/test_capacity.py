@@ -31,8 +31,9 @@ def student(hidden, inputs=16, outputs=10):
     return lambda: nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
 
 
-def capacity_fit(fitted: dict) -> float:
-    return features(fitted)["capacity_fit"]
+def capacity_fit(fitted: dict, references_fit: float = 1.0) -> float:
+    """The feature against references that fit every example (without one there is no yardstick: NaN)."""
+    return features({"reference_train_acc": references_fit, **fitted})["capacity_fit"]
 
 
 def test_a_wide_model_fits_every_example_and_a_bottleneck_cannot():
@@ -80,6 +81,7 @@ def test_the_constant_answer_scores_what_the_best_single_guess_scores(targets, t
 def test_no_capacity_fit_is_no_feature_and_one_answer_for_every_example_is_no_yardstick():
     assert math.isnan(capacity_fit(dict(NO_CAPACITY)))
     assert math.isnan(capacity_fit({"capacity_score": 1.0, "capacity_baseline": 1.0}))
+    assert math.isnan(features({"capacity_score": 1.0, "capacity_baseline": 0.2})["capacity_fit"])  # no reference
 
 
 def test_the_grid_cell_records_the_capacity_fit():

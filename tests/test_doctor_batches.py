@@ -333,3 +333,34 @@ def test_a_recipe_says_where_its_batches_keep_inputs_and_targets(tmp_path, capsy
     out = capsys.readouterr().out
     # Healthy (exit 0); a run this short may carry a warning that its loss was still falling.
     assert status == 0 and out.startswith("verdict: healthy") and "(from 60 training steps)" in out.splitlines()[0], out
+
+
+class SequenceFirstGru(nn.Module):
+    """Inputs (T, B, features), batch second as nn.GRU's default; one class per sequence from the last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru, self.out = nn.GRU(8, 16), nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.out(self.gru(x)[0][-1])
+
+
+def test_sequence_first_inputs_with_a_model_factory_are_judged_without_the_example_fits():
+    """Memorization and the capacity fit take example rows; (T, B, ...) inputs have none: not measured, no crash."""
+    torch.manual_seed(0)
+    net = SequenceFirstGru()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    loss_fn = nn.CrossEntropyLoss()
+    doctor = Doctor(net, opt, loss_fn, model_factory=SequenceFirstGru)
+    batches = [(IMAGES[i : i + 32].reshape(32, 8, 8).transpose(0, 1), LABELS[i : i + 32]) for i in range(0, 640, 32)]
+    for x, y in doctor.watch(batches * 3):
+        opt.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        doctor.after_backward(loss)
+        opt.step()
+    report = doctor.report()
+    assert report.verdict  # judged, not crashed
+    assert "the inputs' first dimension (8) is not the targets' (32)" in str(report.checklist)
+    assert report.measurements["capacity_examples"] == 0

@@ -66,7 +66,8 @@ def test_harm_from_a_model_that_fits_its_examples_in_a_clean_loop_is_not_model_t
     """The cause that is not known is said so, with the capacity fit that rules out the model's size."""
     findings = diagnose(record(**FELL_SHORT), RULES, {**GATED, "overfitting": 2.0})
     assert findings[0].verdict == UNEXPLAINED
-    assert "trained in a clean loop on 1024 training examples, fits 101% as much of them" in findings[0].evidence
+    assert "the model fits 101% as much of its training examples as quick references do" in findings[0].evidence
+    assert "a fresh copy's, trained in a clean loop on 1024 of them" in findings[0].evidence
     assert "it has the capacity" in findings[0].evidence
 
 
@@ -78,7 +79,16 @@ def test_without_a_capacity_fit_a_run_that_fell_short_is_never_called_model_too_
     assert "whether the model can fit the data was not measured" in findings[0].evidence
     small = diagnose(record(**FELL_SHORT, capacity_score=0.55), RULES, {**GATED, "overfitting": 2.0})[0]
     assert small.verdict == "model_too_small"
-    assert "on 1024 of the training examples, fits only 51% as much of them as quick references do" in small.evidence
+    assert "the model fits only 58% as much of its training examples as quick references do" in small.evidence
+    assert "(Adam at 1e-02, full batch) on 1024 of them reaches accuracy 0.55, the run itself 62%" in small.evidence
+
+
+def test_a_model_that_fitted_its_examples_in_its_own_run_is_not_model_too_small():
+    """The run's own training score is capacity shown: a short clean fit that falls short does not outweigh it."""
+    fitted_in_its_run = {**FELL_SHORT, "final_train_acc": 0.99, "capacity_score": 0.55}
+    findings = diagnose(record(**fitted_in_its_run), RULES, {**GATED, "overfitting": 2.0})
+    assert findings[0].verdict != "model_too_small"
+    assert "model_too_small" not in [f.verdict for f in findings]
 
 
 def test_a_healthy_run_with_no_oddity_says_no_rule_fired():
@@ -149,3 +159,25 @@ def test_overfitting_on_regression_prints_r2_by_name():
     assert [(f.verdict, f.kind) for f in findings] == [(HEALTHY, "failing"), ("overfitting", WARNING)]
     assert "training R² 0.95 against validation 0.40: a gap of 0.55" in findings[1].evidence
     assert "no quick reference for this task" in findings[1].evidence
+
+
+def test_without_a_reference_the_capacity_fit_says_neither_too_small_nor_not():
+    """Regression has no quick reference: a perfect fit is no yardstick (noisy targets keep R² under 1)."""
+    no_reference = {
+        "task": "regression",
+        "reference_train_acc": math.nan,
+        "reference_loo_acc": math.nan,
+        "reference_val_acc": math.nan,
+        "baseline_val_acc": math.nan,
+        "majority_share": math.nan,
+        "capacity_baseline": 0.0,
+    }
+    fitted = diagnose(record(**no_reference, final_train_acc=0.999, capacity_score=0.28), RULES, GATED)
+    assert "model_too_small" not in [f.verdict for f in fitted]
+    short = diagnose(
+        record(**no_reference, final_train_acc=-0.5, final_val_acc=-0.6, capacity_score=0.28),
+        RULES,
+        {**GATED, "overfitting": 2.0},
+    )
+    assert short[0].verdict == UNEXPLAINED, short
+    assert "reaches R² 0.28 on them; with no quick reference to hold that against" in short[0].evidence

@@ -24,13 +24,12 @@ also gets `realbugs.md`, the table the report (`make report`) includes.
 
 import argparse
 import csv
-import hashlib
-import json
 import os
-import random
 import sys
-import time
 from pathlib import Path
+
+from benchmarks import runner
+from benchmarks.runner import counted, majority
 
 HERE = Path(__file__).resolve().parent
 SUBJECTS_FILE = HERE / "subjects.csv"
@@ -104,89 +103,29 @@ def not_ported(subject: str) -> str | None:
 
 
 def content_hash(folder: Path) -> str:
-    """A hash of the subject's files, the doctor's code and the thresholds.
-
-    A cached result is reused only for the same recipe, data, doctor and rules.
-    """
-    digest = hashlib.sha256()
-    root = HERE.parent.parent
-    code = [p for package in ("doctor", "harness", "analysis") for p in (root / package).rglob("*.py")]
-    files = [*folder.rglob("*"), *code, root / "analysis" / "thresholds.json", HERE / "kerasport.py"]
-    for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+    """A hash of the subject's files, the Keras port's helpers, the doctor's code and the thresholds."""
+    return runner.content_hash([*folder.rglob("*"), HERE / "kerasport.py"])
 
 
 def run_one(subject: str, variant: str, seed: int) -> dict:
-    """One recipe under the doctor with one seed, in this process: its verdict and findings, or why there are none.
-
-    The runner's seed replaces whatever seed the original program fixed. Modules of the subject's folder are
-    dropped from sys.modules first, so that data generated at import time follows this seed (workers are reused).
-    """
-    import numpy as np
-    import torch
-
-    from doctor.core import CannotJudge
-    from doctor.recipe import load, run
-
-    folder = HERE / subject
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None) or ""
-        if file and Path(file).resolve().parent == folder:
-            del sys.modules[name]
-    torch.set_num_threads(1)
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    started = time.perf_counter()
-    result = {"subject": subject, "variant": variant, "seed": seed, "verdict": None, "findings": [], "error": None}
-    try:
-        report = run(load(folder / f"{variant}.py"))
-        result["verdict"] = report.verdict
-        result["findings"] = [f.verdict for f in report.failing]  # warnings name no diagnosis
-        result["evidence"] = [f.evidence for f in report.failing]
-        result["warnings"] = [f.verdict for f in report.warnings]
-    except CannotJudge as refused:
-        result["error"] = f"refused: {refused}"
-    except Exception as error:  # noqa: BLE001 - a recipe's own failure is a result of the benchmark, not a crash
-        result["error"] = f"{type(error).__name__}: {error}"[:500]
-    result["seconds"] = time.perf_counter() - started
-    return result
+    """One recipe of a subject under the doctor with one seed, in this process (benchmarks/runner.py)."""
+    return runner.run_recipe(HERE / subject / f"{variant}.py", seed, subject=subject, variant=variant)
 
 
 def run_all(names: list[str], seeds: int, out: Path, jobs: int, force: bool) -> list[dict]:
     """Every (subject, variant, seed) of `names`, from the cache where its folder has not changed."""
-    from joblib import Parallel, delayed
-
-    out.mkdir(parents=True, exist_ok=True)
-    todo, results = [], []
+    tasks = []
     for subject in names:
         digest = content_hash(HERE / subject)
         for variant in VARIANTS:
             for seed in range(seeds):
-                path = out / f"{subject}-{variant}-s{seed}-{digest}.json"
-                if path.exists() and not force:
-                    results.append(json.loads(path.read_text()))
-                else:
-                    todo.append((subject, variant, seed, path))
-    if todo:
-        print(f"running {len(todo)} recipes ({len(results)} cached) on {jobs} workers", file=sys.stderr)
-        fresh = Parallel(n_jobs=jobs, return_as="generator")(delayed(run_one)(s, v, seed) for s, v, seed, _ in todo)
-        for (_, _, _, path), result in zip(todo, fresh, strict=True):  # each written as it comes: a resume keeps it
-            temp = path.with_name("." + path.name)  # atomic: a reader never sees half a file
-            temp.write_text(json.dumps(result))
-            temp.replace(path)
-            results.append(result)
-    return results
+                cache = out / f"{subject}-{variant}-s{seed}-{digest}.json"
+                tasks.append((HERE / subject / f"{variant}.py", seed, {"subject": subject, "variant": variant}, cache))
+    return runner.run_cached(tasks, jobs, force)
 
 
 def types_named(findings: list[str]) -> set[str]:
     return {t for verdict in findings for t in VERDICT_TYPES.get(verdict, ())}
-
-
-def majority(flags: list[bool]) -> bool:
-    return sum(flags) * 2 > len(flags)
 
 
 def summarize(rows: list[dict], results: list[dict]) -> list[dict]:
@@ -216,19 +155,6 @@ def summarize(rows: list[dict], results: list[dict]) -> list[dict]:
             entry["detected"] = entry["flagged"] and entry["fixed_healthy"]
         summary.append(entry)
     return summary
-
-
-def _verdicts(results: list[dict]) -> str:
-    """The seeds' verdicts, counted: `lr_too_low x4, healthy x1` (errors shown by kind)."""
-    counts: dict[str, int] = {}
-    for r in results:
-        key = r["verdict"] or (r["error"] or "error").split(":")[0]
-        if r["verdict"] and len(r["findings"]) > 1:
-            key += " (+" + ", ".join(r["findings"][1:]) + ")"
-        if r.get("warnings"):
-            key += " [warnings: " + ", ".join(r["warnings"]) + "]"
-        counts[key] = counts.get(key, 0) + 1
-    return "; ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def figures(summary: list[dict]) -> dict[str, tuple[int, int]]:
@@ -270,7 +196,7 @@ def markdown(summary: list[dict], seeds: int) -> str:
             lines.append(f"| {s['subject']} | {' '.join(s['truth'])} | not ported: {s['not_ported']} | | no | no |")
             continue
         lines.append(
-            f"| {s['subject']} | {' '.join(s['truth'])} | {_verdicts(s['buggy'])} | {_verdicts(s['fixed'])} |"
+            f"| {s['subject']} | {' '.join(s['truth'])} | {counted(s['buggy'])} | {counted(s['fixed'])} |"
             f" {'yes' if s['detected'] else 'no'} | {'yes' if s['diagnosed'] else 'no'} |"
         )
     ours = figures(summary)
@@ -318,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         if s["not_ported"] is not None:
             print(f"  not ported: {s['not_ported']}")
             continue
-        print(f"  buggy: {_verdicts(s['buggy'])}")
-        print(f"  fixed: {_verdicts(s['fixed'])}")
+        print(f"  buggy: {counted(s['buggy'])}")
+        print(f"  fixed: {counted(s['fixed'])}")
         for r in s["buggy"] + s["fixed"]:
             if r["error"]:
                 print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
