@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs docs test test-slow test-all lint format bench bench-doctor bench-engines clean-runs
+.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs working docs test test-slow test-all lint format bench bench-doctor bench-engines clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -73,6 +73,9 @@ doctor: setup ## diagnose a recipe file: make doctor RECIPE=examples/cnn_no_zero
 
 realbugs: setup ## the doctor on 20 real buggy Keras programs ported to PyTorch and their fixes, 5 seeds, beside the published tools (held out; about 15 minutes)
 	$(BIN)/python -m benchmarks.realbugs $(ARGS)
+
+working: setup ## the doctor on working programs re-created from public sources, 3 seeds: how often it calls one sick (held out)
+	$(BIN)/python -m benchmarks.working $(ARGS)
 
 test: setup ## run the fast tests (under 4 minutes on 2 cores)
 	$(BIN)/python -m pytest -q

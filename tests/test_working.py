@@ -1,0 +1,79 @@
+"""The working programs (`make working`): each names its source, runs under the doctor, and the runner scores them.
+
+`make working` is the benchmark (3 seeds, each program's own length); these tests run two programs on a short
+budget (WORKING_EPOCH_CAP=2) in the fast suite and every program under `-m slow`.
+"""
+
+import json
+
+import pytest
+
+from benchmarks.working.__main__ import HERE, main, programs, source_of, summarize
+from benchmarks.working.common import EPOCH_CAP_VARIABLE, stdlib_bytes
+
+PROGRAMS = programs()
+FAST = ("regression",)
+
+
+def test_there_are_programs_and_each_names_a_source_with_a_commit():
+    assert PROGRAMS, "no working programs found"
+    for name, source in PROGRAMS.items():
+        repository, _, commit = source.rpartition(" @ ")
+        assert "/" in repository.split()[0] and len(commit) == 40, f"{name}: SOURCE {source!r}"
+        text = (HERE / f"{name}.py").read_text()
+        assert text.startswith('"""') and "def train(Doctor)" in text, name
+        assert "Design kept" in text, f"{name}: the docstring lists the design facts kept"
+
+
+def test_a_recipe_without_a_source_is_refused_by_name(tmp_path):
+    recipe = tmp_path / "nameless.py"
+    recipe.write_text('"""No source."""\n')
+    with pytest.raises(ValueError, match=r"nameless\.py has no SOURCE"):
+        source_of(recipe)
+
+
+def test_the_corpus_is_split_by_file_and_the_splits_differ():
+    train, validation = stdlib_bytes("train", 5000), stdlib_bytes("validation", 5000)
+    assert len(train) == 5000 and len(validation) == 5000
+    assert int(train.max()) < 256 and not bool((train[:1000] == validation[:1000]).all())
+    with pytest.raises(ValueError, match="choose train or validation"):
+        stdlib_bytes("test", 10)
+
+
+def test_called_healthy_is_the_majority_of_seeds_and_a_refusal_is_not_healthy():
+    results = [
+        {"program": "a", "seed": 0, "verdict": "healthy"},
+        {"program": "a", "seed": 1, "verdict": "healthy"},
+        {"program": "a", "seed": 2, "verdict": "dead_relu"},
+        {"program": "b", "seed": 0, "verdict": None, "error": "refused: no task"},
+        {"program": "b", "seed": 1, "verdict": "healthy"},
+        {"program": "b", "seed": 2, "verdict": None, "error": "refused: no task"},
+    ]
+    assert [s["healthy"] for s in summarize(["a", "b"], results)] == [True, False]
+
+
+def test_an_unknown_program_is_a_one_line_error_naming_the_choices(capsys):
+    assert main(["--programs", "no_such_program"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "unknown program no_such_program: choose from" in error
+
+
+def _short_run(monkeypatch, tmp_path, name):
+    monkeypatch.setenv(EPOCH_CAP_VARIABLE, "2")
+    assert main(["--programs", name, "--seeds", "1", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    line = (tmp_path / "working.lines").read_text().strip()
+    assert line.startswith("working called-healthy ") and line.endswith("/1")
+    result = json.loads(next(tmp_path.glob(f"{name}-s0-*.json")).read_text())
+    # The doctor judged it, or refused it in its own words (a task it does not cover): the recipe never crashed.
+    assert result["verdict"] is not None or result["error"].startswith("refused: "), result["error"]
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_a_few_programs_run_under_the_doctor_on_a_short_budget(monkeypatch, tmp_path, name):
+    _short_run(monkeypatch, tmp_path, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in PROGRAMS if n not in FAST])
+def test_every_program_runs_under_the_doctor_on_a_short_budget(monkeypatch, tmp_path, name):
+    _short_run(monkeypatch, tmp_path, name)
