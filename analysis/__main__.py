@@ -7,6 +7,7 @@ python -m analysis early [runs/default]    the rules on the same runs cut to 50.
 python -m analysis pairs [runs/pairs]      two faults at once: both, one or neither named
 python -m analysis families [runs/families]  the rules on a CNN and a GRU
 python -m analysis devices [runs/devices]  the device study, its crossover table last
+python -m analysis forecast [runs/zoo]     the training-loss forecast scored against runs' own continuations
 python -m analysis rules                   the rules, what each feature is normalized by, the thresholds
 python -m analysis docs [--check]          write the generated tables of docs/ (--check: only say which are stale)
 (the report also includes runs/realbugs/realbugs.md, written by `make realbugs`: python -m benchmarks.realbugs)
@@ -28,6 +29,7 @@ DEFAULT_RECORDS = {
     "pairs": "runs/pairs",
     "families": "runs/families",
     "devices": "runs/devices",
+    "forecast": "runs/zoo",
     "realbugs": "runs/realbugs",
 }
 
@@ -93,6 +95,10 @@ def run(args: argparse.Namespace, records) -> None:
         from analysis.devices import study_table, summary
 
         print(summary(study_table(records)))
+    elif args.command == "forecast":
+        from analysis.forecast import printout
+
+        print("\n".join(printout(records[records.status == "ok"])))
     elif args.command == "early":
         from analysis.early import accuracy_by_budget, lines
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.forecast import forecast
 from harness.records import CHECKPOINT_COLUMNS
 from harness.targets import BINARY_LOSSES
 
@@ -227,6 +228,17 @@ def _late_drop_share(m: Mapping) -> float:
     return (before - end) / fall
 
 
+def _forecast_gain(m: Mapping) -> float:
+    """How much more of its fall the training loss would make by 4x the steps, as a share of its fall so far.
+
+    Read from a saturating learning curve fitted to the run's own loss (analysis/forecast.py): a run stopped
+    while its loss still fell steeply gains a large share, one whose loss has flattened next to nothing. NaN
+    under 20 steps, when the loss did not fall, or when no curve fits.
+    """
+    made = forecast(_finite_curve(m, "train_loss_curve"))
+    return math.nan if made is None else made.gain_share(4)
+
+
 def _steps_without_progress(m: Mapping) -> float:
     """The largest update ratio, times the share of the first loss still left at the end (at most 1).
 
@@ -405,6 +417,13 @@ FEATURES_LIST = [
         "the run's own fall and length: the same share on a 20-step and a 20 000-step run",
         False,
         _late_drop_share,
+    ),
+    Feature(
+        "forecast_gain",
+        "more of the training loss's fall forecast by 4x the steps, as a share of its fall so far",
+        "the run's own fall and length: a share of what it has already gained, on any loss and run length",
+        False,
+        _forecast_gain,
     ),
     Feature(
         "input_rms",

@@ -17,7 +17,8 @@ at each budget, and a rule that needs harm is fitted only on the records where t
 Any slice of a grid can be fitted: a rule that cannot be fitted on the records at hand (its fault has no cell
 there, every such cell was already named by an earlier rule, or none has the rule's measurement) keeps a
 fallback threshold, the committed one (analysis/thresholds.json) unless the caller gives another (a shorter
-budget falls back on the longest budget's fit), and the reason is reported (`kept`).
+budget falls back on the longest budget's fit, the longest on the nearest shorter budget that fitted it), and
+the reason is reported (`kept`).
 """
 
 import itertools
@@ -204,8 +205,9 @@ def fit_budgets(
 
     `records`: ok records with their harmless fault cells (the gate is fitted on those too; the rules only on
     healthy runs and fault cells that did harm). A rule that cannot be fitted at a budget keeps
-    `fallback[budget]` if given, else the longest budget's fit (the committed threshold at the longest budget
-    itself); `kept[budget]` receives why. `harm`: the records' `harm_table`, if already computed.
+    `fallback[budget]` if given, else the longest budget's fit; at the longest budget itself, the nearest shorter
+    budget's fit where one fitted it, else the committed threshold. `kept[budget]` receives why. `harm`: the
+    records' `harm_table`, if already computed.
     """
     records = records[records.status == "ok"]
     harm = harm_table(records) if harm is None else harm.loc[records.index]
@@ -214,6 +216,7 @@ def fit_budgets(
     tables = {b: feature_table(cut) for b, cut in cuts.items()}
     gates = {b: fit_gate(cuts[b], tables[b], harm) for b in budgets}
     result: dict[int, dict[str, float]] = {}
+    unfitted: dict[int, dict[str, str]] = {}
     for budget in budgets:
         keep = harm.harmful.reindex(cuts[budget].index)
         cut, table = cuts[budget][keep], tables[budget][keep]
@@ -225,15 +228,36 @@ def fit_budgets(
         if gate is None:
             reasons[OUTCOME_GATE.name] = "no record here is read on its outcome"
         result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons, table=table, gate=gate)
-        if kept is not None:
-            if given:
-                source = "the threshold given"
-            elif longest:
-                source = f"the {max(result)}-step fit"
-            else:
-                source = "the committed threshold"
-            kept[budget] = {verdict: f"{why}; keeps {source}" for verdict, why in reasons.items()}
+        if given:
+            source = "the threshold given"
+        elif longest:
+            source = f"the {max(result)}-step fit"
+        else:
+            source = "the committed threshold"
+        unfitted[budget] = {verdict: f"{why}; keeps {source}" for verdict, why in reasons.items()}
+    if not fallback:
+        _nearest_fit_for_the_longest(result, unfitted)
+    if kept is not None:
+        kept.update({budget: reasons for budget, reasons in unfitted.items() if reasons})
     return dict(sorted(result.items()))
+
+
+def _nearest_fit_for_the_longest(result: dict[int, dict[str, float]], kept: dict[int, dict[str, str]]) -> None:
+    """A rule the longest budget could not fit, but a shorter one could, takes the nearest shorter budget's fit.
+
+    The committed threshold is the last resort: it may have been fitted on another feature (still_improving read
+    `late_drop_share` before it read the forecast) and the grid plants no cut-short run at the longest budget.
+    """
+    if len(result) < 2:
+        return
+    longest, shorter = max(result), sorted((b for b in result if b != max(result)), reverse=True)
+    for verdict in list(kept.get(longest, {})):
+        nearest = next((b for b in shorter if verdict not in kept.get(b, {})), None)
+        if nearest is None or verdict == OUTCOME_GATE.name:
+            continue
+        result[longest][verdict] = result[nearest][verdict]
+        why = kept[longest][verdict].rsplit("; keeps ", 1)[0]
+        kept[longest][verdict] = f"{why}; keeps the {nearest}-step fit, the nearest budget that fitted it"
 
 
 def write_thresholds(

@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from analysis.features import FEATURES, features
+from analysis.forecast import forecast
 from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, diagnose, load_thresholds
 from doctor.machine import bigger_machine
 from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
@@ -552,6 +553,9 @@ class Report:
         self.findings, self.checklist, self.steps = findings, checklist, steps
         self.measurements, self.features, self.note = measurements, feature_values, note
         self.places: dict[str, list[str]] = {}  # verdict -> recipe lines, filled by doctor.recipe.run
+        curve = measurements.get("train_loss_curve")
+        # Would longer training help? The training loss carried to 2x and 4x the steps (analysis/forecast.py).
+        self.forecast = forecast(curve if curve is not None else [])
 
     @property
     def verdict(self) -> str:
@@ -592,6 +596,17 @@ class Report:
             ],
             "warnings": len(self.warnings),
             "not_judged": self.note,
+            "forecast": None
+            if self.forecast is None
+            else {
+                "metric": "training loss",
+                "form": self.forecast.form,
+                "now": self.forecast.now,
+                "at": [
+                    {"steps": steps, "value": value, "plus_minus_90": half}
+                    for steps, (value, half) in self.forecast.at.items()
+                ],
+            },
             "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
             "features": {k: plain(float(v)) for k, v in self.features.items()},
@@ -612,6 +627,8 @@ class Report:
             lines.append("warnings (oddities this run did not pay for; worth a look, not the cause of a failure):")
             for finding in warnings:
                 lines += self._finding_lines("  - ", finding)
+        if self.forecast is not None:
+            lines.append(f"would longer training help? {self.forecast.summary()}")
         lines.append("is a bigger machine the answer?")
         lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist[:-1]]
         lines.append(f"  => {self.checklist[-1].detail}")

@@ -12,9 +12,16 @@ import pandas as pd
 import pytest
 from hand_records import PLANTED, THRESHOLDS, record
 
-from analysis.rules import HEALTHY, OUTCOME_GATE, RULES, UNEXPLAINED, WARNING, diagnose, verdicts
+from analysis.rules import HEALTHY, OUTCOME_GATE, RULES, UNEXPLAINED, WARNING, diagnose, load_thresholds, verdicts
 
 GATED = {**THRESHOLDS, OUTCOME_GATE.name: 0.10}
+
+
+def gated(planted: pd.Series) -> dict[str, float]:
+    """The thresholds of the record's own budget (still_improving's is a 100-step run), the gate at 0.10."""
+    return {**load_thresholds(int(planted["steps"])), OUTCOME_GATE.name: 0.10}
+
+
 LEARNED = {"final_val_acc": 0.97, "reference_val_acc": 0.97}  # as well as the quick references
 FELL_SHORT = {"final_val_acc": 0.60, "final_train_acc": 0.62, "reference_val_acc": 0.97}
 SHORT_ON_VALIDATION = {"final_val_acc": 0.60, "reference_val_acc": 0.97}  # the training accuracy left as planted
@@ -32,7 +39,7 @@ def test_an_oddity_the_run_overcame_is_a_warning_and_the_verdict_healthy(verdict
     planted = {**PLANTED[verdict], **LEARNED}
     if verdict == "overfitting":  # its measurement is the outcome itself: no healthy twin
         pytest.skip("fires only on a run that fell short")
-    findings = diagnose(record(**planted), RULES, GATED)
+    findings = diagnose(record(**planted), RULES, gated(record(**planted)))
     assert findings[0].verdict == HEALTHY, [f.verdict for f in findings]
     warned = [f for f in findings if f.kind == WARNING]
     assert verdict in [f.verdict for f in warned]
@@ -42,7 +49,8 @@ def test_an_oddity_the_run_overcame_is_a_warning_and_the_verdict_healthy(verdict
 
 @pytest.mark.parametrize("verdict", NEEDS_HARM)
 def test_the_same_oddity_on_a_run_that_fell_short_is_the_verdict(verdict):
-    findings = diagnose(record(**{**SHORT_ON_VALIDATION, **PLANTED[verdict]}), RULES, GATED)
+    planted = record(**{**SHORT_ON_VALIDATION, **PLANTED[verdict]})
+    findings = diagnose(planted, RULES, gated(planted))
     assert findings[0].verdict == verdict
     assert findings[0].kind != WARNING
 
