@@ -71,7 +71,7 @@ report: setup ## score the rules, naive rules, tree and forest on RUNS (and the 
 doctor: setup ## diagnose a recipe file: make doctor RECIPE=examples/cnn_no_zero_grad.py
 	$(BIN)/python -m doctor $(RECIPE)
 
-realbugs: setup ## the doctor on 20 real buggy Keras programs ported to PyTorch and their fixes, 5 seeds, beside the published tools (held out; about 15 minutes)
+realbugs: setup ## the doctor on 20 real buggy Keras programs (DeepFD's) and TrainCheck's silent errors, ported to PyTorch with their fixes, 5 seeds, beside the published tools (held out; about 40 minutes)
 	$(BIN)/python -m benchmarks.realbugs $(ARGS)
 
 working: setup ## the doctor on working programs re-created from public sources, 3 seeds: how often it calls one sick (held out)

@@ -100,7 +100,12 @@ def test_detection_needs_the_buggy_program_flagged_and_the_fixed_one_healthy_by_
     assert summary["33969059"]["detected"] and summary["33969059"]["diagnosed"]
     assert summary["45337371"]["flagged"] and not summary["45337371"]["fixed_healthy"]
     assert not summary["45337371"]["detected"] and not summary["45337371"]["diagnosed"]
-    assert figures(list(summary.values())) == {"detection": (1, 2), "diagnosis": (1, 2), "fixed-healthy": (1, 2)}
+    assert figures(list(summary.values())) == {
+        "detection": (1, 2),
+        "buggy-flagged": (2, 2),
+        "diagnosis": (1, 2),
+        "fixed-healthy": (1, 2),
+    }
 
 
 def test_a_later_finding_counts_for_the_diagnosis():

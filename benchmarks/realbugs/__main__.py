@@ -7,6 +7,7 @@ NOT_PORTED.md instead is listed with its reason. Each recipe runs under the doct
 both programs and the ground truth, then the lines for scripts:
 
     realbugs detection <c>/<n>      buggy not healthy AND fixed healthy (each the majority over the seeds)
+    realbugs buggy-flagged <c>/<n>  the buggy program gets a failing finding (the published tools' "detection")
     realbugs diagnosis <c>/<n>      a failing finding on the buggy program names a true fault type (majority over seeds)
     realbugs fixed-healthy <c>/<n>  the fixed program called healthy (majority over the seeds)
 
@@ -17,9 +18,20 @@ for names no fault). A fixed program whose report has warnings only is called he
 programs are held out: no threshold or rule was fitted or tuned on them (analysis/fit.py fits on digits and
 generated problems only).
 
+The TrainCheck set (traincheck/subjects.csv, `--set traincheck`): the silent errors of TrainCheck's evaluation
+(OrderLab/TrainCheck-Evaluation-Workloads), re-created as buggy and fixed PyTorch recipes in traincheck/<subject>/
+the same way (or a NOT_PORTED.md saying why not). They have no DeepFD fault types, so they are scored on
+detection, buggy-flagged and fixed-healthy only (no diagnosis), out of every subject listed, after the lines above:
+
+    realbugs traincheck detection <c>/<n>      buggy not healthy AND fixed healthy (each the majority over the seeds)
+    realbugs traincheck buggy-flagged <c>/<n>  the buggy program gets a failing finding
+    realbugs traincheck fixed-healthy <c>/<n>  the fixed program called healthy
+
+`--set deepfd|traincheck|all` (default all) chooses the sets to run.
+
 Results are cached per recipe, seed and content of the subject's files in the output folder (default
 runs/realbugs), so a second run only runs what changed; `--force` runs everything again. The output folder
-also gets `realbugs.md`, the table the report (`make report`) includes.
+also gets `realbugs.md`, the table the report (`make report`) includes (with a section per set run).
 """
 
 import argparse
@@ -33,6 +45,9 @@ from benchmarks.runner import counted, majority
 
 HERE = Path(__file__).resolve().parent
 SUBJECTS_FILE = HERE / "subjects.csv"
+TRAINCHECK = HERE / "traincheck"  # the TrainCheck silent errors: traincheck/subjects.csv, a folder per subject
+TRAINCHECK_FILE = TRAINCHECK / "subjects.csv"
+SETS = ("deepfd", "traincheck")
 VARIANTS = ("buggy", "fixed")
 TOOLS = ("umlaut", "autotrainer", "deeplocalize", "deepfd", "default")
 TOOL_NAMES = {
@@ -86,20 +101,30 @@ VERDICT_TYPES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Buggy programs that train well in PyTorch, as DeepFD's sheet and the independent audit (dlfaults/HowRealAreThey)
+# note. They are scored as the papers score them: a buggy program, flagged only if the doctor says it fails.
+TRAINS_WELL = {"59278771": "its buggy program trains well", "34673164": "its buggy program trains well"}
+
+
 def subjects() -> list[dict]:
     with SUBJECTS_FILE.open() as handle:
         return list(csv.DictReader(handle))
 
 
-def not_ported(subject: str) -> str | None:
+def traincheck_subjects() -> list[dict]:
+    with TRAINCHECK_FILE.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def not_ported(subject: str, root: Path = HERE) -> str | None:
     """Why a subject was not ported (the first sentence of its NOT_PORTED.md after the source), or None if it was."""
-    note = HERE / subject / "NOT_PORTED.md"
+    note = root / subject / "NOT_PORTED.md"
     if not note.exists():
         return None
     paragraphs = [" ".join(p.split()) for p in note.read_text().split("\n\n") if p.strip() and not p.startswith("#")]
     reasons = [p for p in paragraphs if not p.startswith("http")] or ["see NOT_PORTED.md"]
     first = reasons[0].lstrip("0123456789. ")
-    return first.split(". ")[0].rstrip(".") + f" (benchmarks/realbugs/{subject}/NOT_PORTED.md)"
+    return first.split(". ")[0].rstrip(".") + f" ({note.relative_to(HERE.parent.parent).as_posix()})"
 
 
 def content_hash(folder: Path) -> str:
@@ -107,21 +132,33 @@ def content_hash(folder: Path) -> str:
     return runner.content_hash([*folder.rglob("*"), HERE / "kerasport.py"])
 
 
-def run_one(subject: str, variant: str, seed: int) -> dict:
+def traincheck_hash(folder: Path) -> str:
+    """A hash of a TrainCheck subject's files, the helpers its recipes import, the doctor's code and thresholds."""
+    helpers = [TRAINCHECK / "common.py", HERE.parent / "working" / "common.py"]
+    return runner.content_hash([*folder.rglob("*"), *helpers])
+
+
+def run_one(subject: str, variant: str, seed: int, root: Path = HERE) -> dict:
     """One recipe of a subject under the doctor with one seed, in this process (benchmarks/runner.py)."""
-    return runner.run_recipe(HERE / subject / f"{variant}.py", seed, subject=subject, variant=variant)
+    return runner.run_recipe(root / subject / f"{variant}.py", seed, subject=subject, variant=variant)
+
+
+def tasks_for(names: list[str], seeds: int, out: Path, root: Path = HERE) -> list[tuple[Path, int, dict, Path]]:
+    """The (recipe, seed, labels, cache file) of every subject, variant and seed; TrainCheck's caches are prefixed."""
+    tasks = []
+    for subject in names:
+        digest = content_hash(root / subject) if root == HERE else traincheck_hash(root / subject)
+        prefix = "" if root == HERE else "traincheck-"
+        for variant in VARIANTS:
+            for seed in range(seeds):
+                cache = out / f"{prefix}{subject}-{variant}-s{seed}-{digest}.json"
+                tasks.append((root / subject / f"{variant}.py", seed, {"subject": subject, "variant": variant}, cache))
+    return tasks
 
 
 def run_all(names: list[str], seeds: int, out: Path, jobs: int, force: bool) -> list[dict]:
     """Every (subject, variant, seed) of `names`, from the cache where its folder has not changed."""
-    tasks = []
-    for subject in names:
-        digest = content_hash(HERE / subject)
-        for variant in VARIANTS:
-            for seed in range(seeds):
-                cache = out / f"{subject}-{variant}-s{seed}-{digest}.json"
-                tasks.append((HERE / subject / f"{variant}.py", seed, {"subject": subject, "variant": variant}, cache))
-    return runner.run_cached(tasks, jobs, force)
+    return runner.run_cached(tasks_for(names, seeds, out), jobs, force)
 
 
 def types_named(findings: list[str]) -> set[str]:
@@ -157,11 +194,73 @@ def summarize(rows: list[dict], results: list[dict]) -> list[dict]:
     return summary
 
 
+def summarize_traincheck(rows: list[dict], results: list[dict]) -> list[dict]:
+    """Per TrainCheck subject: the verdicts on both programs and whether it counts as detected (no diagnosis)."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for result in results:
+        by_key.setdefault((result["subject"], result["variant"]), []).append(result)
+    summary = []
+    for row in rows:
+        subject = row["subject"]
+        entry = {"subject": subject, "row": row, "not_ported": not_ported(subject, TRAINCHECK), "detected": False}
+        if entry["not_ported"] is None:
+            buggy = sorted(by_key.get((subject, "buggy"), []), key=lambda r: r["seed"])
+            fixed = sorted(by_key.get((subject, "fixed"), []), key=lambda r: r["seed"])
+            entry.update(
+                buggy=buggy,
+                fixed=fixed,
+                flagged=majority([r["verdict"] is not None and r["verdict"] != "healthy" for r in buggy]),
+                fixed_healthy=majority([r["verdict"] == "healthy" for r in fixed]),
+            )
+            entry["detected"] = entry["flagged"] and entry["fixed_healthy"]
+        summary.append(entry)
+    return summary
+
+
+def traincheck_figures(summary: list[dict]) -> dict[str, tuple[int, int]]:
+    """TrainCheck subjects detected, flagged and fixed-healthy, out of every one listed (not ported: missed)."""
+    ported = [s for s in summary if s["not_ported"] is None]
+    return {
+        "detection": (sum(s["detected"] for s in ported), len(summary)),
+        "buggy-flagged": (sum(s["flagged"] for s in ported), len(summary)),
+        "fixed-healthy": (sum(s["fixed_healthy"] for s in ported), len(summary)),
+    }
+
+
+def traincheck_markdown(summary: list[dict], seeds: int) -> str:
+    found = traincheck_figures(summary)
+    lines = [
+        "### TrainCheck's silent errors",
+        "",
+        f"The silent training errors of TrainCheck's evaluation re-created as PyTorch recipes (held out), {seeds} seeds"
+        " each, majority over seeds. Detection: the buggy program not called healthy and the fixed one called"
+        " healthy; a subject not ported counts as missed. The expected verdicts are a plain description of what the"
+        " bug should reveal, not a score.",
+        "",
+        "| subject | bug | expected | buggy: verdicts | fixed: verdicts | detected |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        row = s["row"]
+        if s["not_ported"] is not None:
+            lines.append(
+                f"| {s['subject']} | {row['bug']} | {row['expected']} | not ported: {s['not_ported']} | | no |"
+            )
+            continue
+        lines.append(
+            f"| {s['subject']} | {row['bug']} | {row['expected']} | {counted(s['buggy'])} | {counted(s['fixed'])} |"
+            f" {'yes' if s['detected'] else 'no'} |"
+        )
+    lines += ["", "TrainCheck " + ", ".join(f"{name} {c}/{n}" for name, (c, n) in found.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def figures(summary: list[dict]) -> dict[str, tuple[int, int]]:
     ported = [s for s in summary if s["not_ported"] is None]
     n = len(summary)  # a subject not ported counts as missed: the figures are out of every subject listed
     return {
         "detection": (sum(s["detected"] for s in ported), n),
+        "buggy-flagged": (sum(s["flagged"] for s in ported), n),
         "diagnosis": (sum(s["diagnosed"] for s in ported), n),
         "fixed-healthy": (sum(s["fixed_healthy"] for s in ported), n),
     }
@@ -195,26 +294,34 @@ def markdown(summary: list[dict], seeds: int) -> str:
         if s["not_ported"] is not None:
             lines.append(f"| {s['subject']} | {' '.join(s['truth'])} | not ported: {s['not_ported']} | | no | no |")
             continue
+        name = f"{s['subject']} ({TRAINS_WELL[s['subject']]})" if s["subject"] in TRAINS_WELL else s["subject"]
         lines.append(
-            f"| {s['subject']} | {' '.join(s['truth'])} | {counted(s['buggy'])} | {counted(s['fixed'])} |"
+            f"| {name} | {' '.join(s['truth'])} | {counted(s['buggy'])} | {counted(s['fixed'])} |"
             f" {'yes' if s['detected'] else 'no'} | {'yes' if s['diagnosed'] else 'no'} |"
         )
     ours = figures(summary)
     tools = tool_figures(summary)
+
+    def share(name: str) -> str:
+        return f"{ours[name][0]}/{ours[name][1]}"
+
     lines += [
         "",
-        "| tool | detection | diagnosis | fixed called healthy |",
-        "|---|---|---|---|",
-        f"| the doctor (this repository) | {ours['detection'][0]}/{ours['detection'][1]} |"
-        f" {ours['diagnosis'][0]}/{ours['diagnosis'][1]} | {ours['fixed-healthy'][0]}/{ours['fixed-healthy'][1]} |",
+        "| tool | buggy flagged | diagnosis | fixed called healthy | detection (flagged and fixed healthy) |",
+        "|---|---|---|---|---|",
+        f"| the doctor (this repository) | {share('buggy-flagged')} | {share('diagnosis')} | {share('fixed-healthy')} |"
+        f" {share('detection')} |",
     ]
     for tool, (det, diag, n) in tools.items():
-        lines.append(f"| {TOOL_NAMES[tool]} (published) | {det}/{n} | {diag}/{n} | not reported |")
+        lines.append(f"| {TOOL_NAMES[tool]} (published) | {det}/{n} | {diag}/{n} | not reported | not reported |")
+    trains_well = ", ".join(f"{subject} ({why})" for subject, why in TRAINS_WELL.items())
     lines += [
         "",
         "The published figures are each tool's own results on these subjects, from DeepFD's and DEFault's evaluation"
         ' sheets (benchmarks/realbugs/subjects.csv); their detection is "says something is wrong" on the buggy'
-        " program alone, a weaker test than ours, which also requires the fixed program to be called healthy.",
+        " program alone: the buggy-flagged column. The detection column is stricter: it also requires the fixed"
+        f" program to be called healthy. Scored as the papers score them although their buggy programs train well"
+        f" in PyTorch: {trains_well}; flagging them counts, calling them healthy is a miss.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -222,23 +329,32 @@ def markdown(summary: list[dict], seeds: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.realbugs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds per recipe (default 5)")
-    parser.add_argument("--subjects", help="comma-separated subjects to run (default: all of subjects.csv)")
+    parser.add_argument("--subjects", help="comma-separated subjects to run (default: all of the sets' subjects)")
+    parser.add_argument(
+        "--set", choices=(*SETS, "all"), default="all", help="the subjects: DeepFD's, TrainCheck's, all"
+    )
     parser.add_argument("--out", default="runs/realbugs", help="results folder (default runs/realbugs)")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="parallel workers")
     parser.add_argument("--force", action="store_true", help="run every recipe again, ignoring cached results")
     args = parser.parse_args(argv)
-    rows = subjects()
+    rows = subjects() if args.set in ("deepfd", "all") else []
+    tc_rows = traincheck_subjects() if args.set in ("traincheck", "all") else []
     if args.subjects:
         wanted = args.subjects.split(",")
-        unknown = sorted(set(wanted) - {r["subject"] for r in rows})
+        unknown = sorted(set(wanted) - {r["subject"] for r in rows + tc_rows})
         if unknown:
-            valid = ", ".join(r["subject"] for r in rows)
+            valid = ", ".join(r["subject"] for r in rows + tc_rows)
             print(f"error: unknown subject {', '.join(unknown)}: choose from {valid}", file=sys.stderr)
             return 2
         rows = [r for r in rows if r["subject"] in wanted]
+        tc_rows = [r for r in tc_rows if r["subject"] in wanted]
+    out = Path(args.out)
     ported = [r["subject"] for r in rows if not_ported(r["subject"]) is None]
-    results = run_all(ported, args.seeds, Path(args.out), args.jobs, args.force)
-    summary = summarize(rows, results)
+    tc_ported = [r["subject"] for r in tc_rows if not_ported(r["subject"], TRAINCHECK) is None]
+    tasks = tasks_for(ported, args.seeds, out) + tasks_for(tc_ported, args.seeds, out, TRAINCHECK)
+    results = runner.run_cached(tasks, args.jobs, args.force)  # both sets in one pool
+    split = len(ported) * len(VARIANTS) * args.seeds
+    summary, tc_summary = summarize(rows, results[:split]), summarize_traincheck(tc_rows, results[split:])
     for s in summary:
         print(f"{s['subject']}  (true: {' '.join(s['truth'])})")
         if s["not_ported"] is not None:
@@ -251,13 +367,33 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
         marks = [("detected", s["detected"]), ("diagnosed", s["diagnosed"]), ("fixed healthy", s["fixed_healthy"])]
         print("  " + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in marks))
-    lines = [f"realbugs {name} {correct}/{total}" for name, (correct, total) in figures(summary).items()]
+    for s in tc_summary:
+        print(f"traincheck {s['subject']}  (expected: {s['row']['expected']})")
+        if s["not_ported"] is not None:
+            print(f"  not ported: {s['not_ported']}")
+            continue
+        print(f"  buggy: {counted(s['buggy'])}")
+        print(f"  fixed: {counted(s['fixed'])}")
+        for r in s["buggy"] + s["fixed"]:
+            if r["error"]:
+                print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
+        print(f"  detected: {'yes' if s['detected'] else 'no'}, fixed healthy: {'yes' if s['fixed_healthy'] else 'no'}")
+    lines = []
+    if rows:
+        lines += [f"realbugs {name} {correct}/{total}" for name, (correct, total) in figures(summary).items()]
+    if tc_rows:
+        found = traincheck_figures(tc_summary)
+        lines += [f"realbugs traincheck {name} {correct}/{total}" for name, (correct, total) in found.items()]
     print("\n".join(lines))
-    table = markdown(summary, args.seeds)
-    (Path(args.out) / "realbugs.md").write_text(table)
-    (Path(args.out) / "realbugs.lines").write_text("\n".join(lines) + "\n")
-    print()
-    print(table.split("\n\n")[-2])
+    tables = ([markdown(summary, args.seeds)] if rows else []) + (
+        [traincheck_markdown(tc_summary, args.seeds)] if tc_rows else []
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "realbugs.md").write_text("\n".join(tables))
+    (out / "realbugs.lines").write_text("\n".join(lines) + "\n")
+    if rows:
+        print()
+        print(tables[0].split("\n\n")[-2])
     seconds = [r["seconds"] for r in results]
     if seconds:
         print(f"{len(seconds)} runs, median {sorted(seconds)[len(seconds) // 2]:.1f} s, longest {max(seconds):.1f} s")
