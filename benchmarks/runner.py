@@ -9,6 +9,7 @@ thresholds, so a second run only runs what changed.
 
 import hashlib
 import json
+import multiprocessing
 import random
 import sys
 import time
@@ -50,6 +51,9 @@ def run_recipe(recipe: Path, seed: int, **labels) -> dict:
         file = getattr(module, "__file__", None) or ""
         if file and Path(file).resolve().parent == folder:
             del sys.modules[name]
+    # A loky worker makes "loky" the default start method, whose processes a recipe's own DataLoader workers cannot
+    # use ('Process' object has no attribute 'env'); the recipe gets the platform's default, as in a plain process.
+    multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
     torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)

@@ -77,3 +77,39 @@ def test_a_few_programs_run_under_the_doctor_on_a_short_budget(monkeypatch, tmp_
 @pytest.mark.parametrize("name", [n for n in PROGRAMS if n not in FAST])
 def test_every_program_runs_under_the_doctor_on_a_short_budget(monkeypatch, tmp_path, name):
     _short_run(monkeypatch, tmp_path, name)
+
+
+LOADER_WITH_WORKERS = '''"""A tiny recipe whose DataLoader starts a worker process, as the CIFAR-10 tutorial's does."""
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+X = torch.randn(128, 4)
+Y = (X[:, 0] > 0).long()
+loss = nn.CrossEntropyLoss()
+
+
+def model():
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def batches():
+    return DataLoader(TensorDataset(X, Y), batch_size=32, num_workers=1)
+
+
+def optimizer(params):
+    return torch.optim.SGD(params, lr=0.1)
+'''
+
+
+def test_a_recipe_whose_loader_has_worker_processes_runs_in_the_benchmarks_pool(tmp_path):
+    # In a loky worker the default start method is loky's, whose processes a DataLoader cannot start.
+    from benchmarks import runner
+
+    recipe = tmp_path / "loader_with_workers.py"
+    recipe.write_text(LOADER_WITH_WORKERS)
+    tasks = [(recipe, seed, {"program": "loader"}, tmp_path / f"out{seed}.json") for seed in range(2)]
+    results = runner.run_cached(tasks, jobs=2, force=True)
+    assert [r["error"] for r in results] == [None, None]
+    assert all(r["verdict"] is not None for r in results)
