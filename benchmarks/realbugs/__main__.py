@@ -165,66 +165,66 @@ def types_named(findings: list[str]) -> set[str]:
     return {t for verdict in findings for t in VERDICT_TYPES.get(verdict, ())}
 
 
+def _by_program(results: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """The results of each (subject, variant), in seed order."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for result in sorted(results, key=lambda r: r["seed"]):
+        by_key.setdefault((result["subject"], result["variant"]), []).append(result)
+    return by_key
+
+
+def _judged(subject: str, by_key: dict[tuple[str, str], list[dict]]) -> dict:
+    """A ported subject's runs of both programs, and whether the buggy one is flagged and the fixed one healthy."""
+    buggy, fixed = by_key.get((subject, "buggy"), []), by_key.get((subject, "fixed"), [])
+    flagged = majority([r["verdict"] is not None and r["verdict"] != "healthy" for r in buggy])
+    fixed_healthy = majority([r["verdict"] == "healthy" for r in fixed])
+    return {
+        "buggy": buggy,
+        "fixed": fixed,
+        "flagged": flagged,
+        "fixed_healthy": fixed_healthy,
+        "detected": flagged and fixed_healthy,
+    }
+
+
 def summarize(rows: list[dict], results: list[dict]) -> list[dict]:
     """Per subject: the verdicts on both programs, and whether it counts as detected, diagnosed, fixed healthy."""
-    by_key: dict[tuple[str, str], list[dict]] = {}
-    for result in results:
-        by_key.setdefault((result["subject"], result["variant"]), []).append(result)
+    by_key = _by_program(results)
     summary = []
     for row in rows:
         subject, truth = row["subject"], set(row["deepfd_labels"].split())
         reason = not_ported(subject)
         entry = {"subject": subject, "truth": sorted(truth), "not_ported": reason, "row": row}
         if reason is None:
-            buggy = sorted(by_key.get((subject, "buggy"), []), key=lambda r: r["seed"])
-            fixed = sorted(by_key.get((subject, "fixed"), []), key=lambda r: r["seed"])
-            flagged = [r["verdict"] is not None and r["verdict"] != "healthy" for r in buggy]
-            healthy = [r["verdict"] == "healthy" for r in fixed]
-            named = [bool(types_named(r["findings"]) & truth) for r in buggy]
-            entry.update(
-                buggy=buggy,
-                fixed=fixed,
-                refused=any(r["error"] for r in buggy + fixed),
-                flagged=majority(flagged),
-                fixed_healthy=majority(healthy),
-                diagnosed=majority(named),
-            )
-            entry["detected"] = entry["flagged"] and entry["fixed_healthy"]
+            entry.update(_judged(subject, by_key))
+            entry["refused"] = any(r["error"] for r in entry["buggy"] + entry["fixed"])
+            entry["diagnosed"] = majority([bool(types_named(r["findings"]) & truth) for r in entry["buggy"]])
         summary.append(entry)
     return summary
 
 
 def summarize_traincheck(rows: list[dict], results: list[dict]) -> list[dict]:
     """Per TrainCheck subject: the verdicts on both programs and whether it counts as detected (no diagnosis)."""
-    by_key: dict[tuple[str, str], list[dict]] = {}
-    for result in results:
-        by_key.setdefault((result["subject"], result["variant"]), []).append(result)
+    by_key = _by_program(results)
     summary = []
     for row in rows:
         subject = row["subject"]
         entry = {"subject": subject, "row": row, "not_ported": not_ported(subject, TRAINCHECK), "detected": False}
         if entry["not_ported"] is None:
-            buggy = sorted(by_key.get((subject, "buggy"), []), key=lambda r: r["seed"])
-            fixed = sorted(by_key.get((subject, "fixed"), []), key=lambda r: r["seed"])
-            entry.update(
-                buggy=buggy,
-                fixed=fixed,
-                flagged=majority([r["verdict"] is not None and r["verdict"] != "healthy" for r in buggy]),
-                fixed_healthy=majority([r["verdict"] == "healthy" for r in fixed]),
-            )
-            entry["detected"] = entry["flagged"] and entry["fixed_healthy"]
+            entry.update(_judged(subject, by_key))
         summary.append(entry)
     return summary
 
 
+def _counts(summary: list[dict], marks: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Per line name, the ported subjects with that mark, out of every subject listed (not ported: missed)."""
+    ported = [s for s in summary if s["not_ported"] is None]
+    return {name: (sum(s[mark] for s in ported), len(summary)) for name, mark in marks.items()}
+
+
 def traincheck_figures(summary: list[dict]) -> dict[str, tuple[int, int]]:
     """TrainCheck subjects detected, flagged and fixed-healthy, out of every one listed (not ported: missed)."""
-    ported = [s for s in summary if s["not_ported"] is None]
-    return {
-        "detection": (sum(s["detected"] for s in ported), len(summary)),
-        "buggy-flagged": (sum(s["flagged"] for s in ported), len(summary)),
-        "fixed-healthy": (sum(s["fixed_healthy"] for s in ported), len(summary)),
-    }
+    return _counts(summary, {"detection": "detected", "buggy-flagged": "flagged", "fixed-healthy": "fixed_healthy"})
 
 
 def traincheck_markdown(summary: list[dict], seeds: int) -> str:
@@ -256,14 +256,9 @@ def traincheck_markdown(summary: list[dict], seeds: int) -> str:
 
 
 def figures(summary: list[dict]) -> dict[str, tuple[int, int]]:
-    ported = [s for s in summary if s["not_ported"] is None]
-    n = len(summary)  # a subject not ported counts as missed: the figures are out of every subject listed
-    return {
-        "detection": (sum(s["detected"] for s in ported), n),
-        "buggy-flagged": (sum(s["flagged"] for s in ported), n),
-        "diagnosis": (sum(s["diagnosed"] for s in ported), n),
-        "fixed-healthy": (sum(s["fixed_healthy"] for s in ported), n),
-    }
+    """The DeepFD lines: each out of every subject listed (a subject not ported counts as missed)."""
+    marks = {"detection": "detected", "buggy-flagged": "flagged", "diagnosis": "diagnosed"}
+    return _counts(summary, {**marks, "fixed-healthy": "fixed_healthy"})
 
 
 def tool_figures(summary: list[dict]) -> dict[str, tuple[int, int, int]]:
@@ -326,6 +321,19 @@ def markdown(summary: list[dict], seeds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _print_programs(s: dict) -> bool:
+    """Print a subject's verdicts on both programs and their errors (or why it was not ported); False if not ported."""
+    if s["not_ported"] is not None:
+        print(f"  not ported: {s['not_ported']}")
+        return False
+    print(f"  buggy: {counted(s['buggy'])}")
+    print(f"  fixed: {counted(s['fixed'])}")
+    for r in s["buggy"] + s["fixed"]:
+        if r["error"]:
+            print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.realbugs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds per recipe (default 5)")
@@ -357,27 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     summary, tc_summary = summarize(rows, results[:split]), summarize_traincheck(tc_rows, results[split:])
     for s in summary:
         print(f"{s['subject']}  (true: {' '.join(s['truth'])})")
-        if s["not_ported"] is not None:
-            print(f"  not ported: {s['not_ported']}")
-            continue
-        print(f"  buggy: {counted(s['buggy'])}")
-        print(f"  fixed: {counted(s['fixed'])}")
-        for r in s["buggy"] + s["fixed"]:
-            if r["error"]:
-                print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
-        marks = [("detected", s["detected"]), ("diagnosed", s["diagnosed"]), ("fixed healthy", s["fixed_healthy"])]
-        print("  " + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in marks))
+        if _print_programs(s):
+            marks = [("detected", s["detected"]), ("diagnosed", s["diagnosed"]), ("fixed healthy", s["fixed_healthy"])]
+            print("  " + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in marks))
     for s in tc_summary:
         print(f"traincheck {s['subject']}  (expected: {s['row']['expected']})")
-        if s["not_ported"] is not None:
-            print(f"  not ported: {s['not_ported']}")
-            continue
-        print(f"  buggy: {counted(s['buggy'])}")
-        print(f"  fixed: {counted(s['fixed'])}")
-        for r in s["buggy"] + s["fixed"]:
-            if r["error"]:
-                print(f"  {r['variant']} seed {r['seed']}: {r['error']}")
-        print(f"  detected: {'yes' if s['detected'] else 'no'}, fixed healthy: {'yes' if s['fixed_healthy'] else 'no'}")
+        if _print_programs(s):
+            marks = [("detected", s["detected"]), ("fixed healthy", s["fixed_healthy"])]
+            print("  " + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in marks))
     lines = []
     if rows:
         lines += [f"realbugs {name} {correct}/{total}" for name, (correct, total) in figures(summary).items()]
