@@ -216,7 +216,8 @@ def fit_budgets(
     tables = {b: feature_table(cut) for b, cut in cuts.items()}
     gates = {b: fit_gate(cuts[b], tables[b], harm) for b in budgets}
     result: dict[int, dict[str, float]] = {}
-    unfitted: dict[int, dict[str, str]] = {}
+    unfitted: dict[int, dict[str, str]] = {}  # budget -> verdict -> why it could not be fitted there
+    sources: dict[int, dict[str, str]] = {}  # budget -> verdict -> the threshold it kept instead
     for budget in budgets:
         keep = harm.harmful.reindex(cuts[budget].index)
         cut, table = cuts[budget][keep], tables[budget][keep]
@@ -234,15 +235,23 @@ def fit_budgets(
             source = f"the {max(result)}-step fit"
         else:
             source = "the committed threshold"
-        unfitted[budget] = {verdict: f"{why}; keeps {source}" for verdict, why in reasons.items()}
+        unfitted[budget], sources[budget] = reasons, dict.fromkeys(reasons, source)
     if not fallback:
-        _nearest_fit_for_the_longest(result, unfitted)
+        _nearest_fit_for_the_longest(result, unfitted, sources)
     if kept is not None:
-        kept.update({budget: reasons for budget, reasons in unfitted.items() if reasons})
+        kept.update(
+            {
+                budget: {verdict: f"{why}; keeps {sources[budget][verdict]}" for verdict, why in reasons.items()}
+                for budget, reasons in unfitted.items()
+                if reasons
+            }
+        )
     return dict(sorted(result.items()))
 
 
-def _nearest_fit_for_the_longest(result: dict[int, dict[str, float]], kept: dict[int, dict[str, str]]) -> None:
+def _nearest_fit_for_the_longest(
+    result: dict[int, dict[str, float]], unfitted: dict[int, dict[str, str]], sources: dict[int, dict[str, str]]
+) -> None:
     """A rule the longest budget could not fit, but a shorter one could, takes the nearest shorter budget's fit.
 
     The committed threshold is the last resort: it may have been fitted on another feature (still_improving read
@@ -251,13 +260,12 @@ def _nearest_fit_for_the_longest(result: dict[int, dict[str, float]], kept: dict
     if len(result) < 2:
         return
     longest, shorter = max(result), sorted((b for b in result if b != max(result)), reverse=True)
-    for verdict in list(kept.get(longest, {})):
-        nearest = next((b for b in shorter if verdict not in kept.get(b, {})), None)
+    for verdict in unfitted[longest]:
+        nearest = next((b for b in shorter if verdict not in unfitted[b]), None)
         if nearest is None or verdict == OUTCOME_GATE.name:
             continue
         result[longest][verdict] = result[nearest][verdict]
-        why = kept[longest][verdict].rsplit("; keeps ", 1)[0]
-        kept[longest][verdict] = f"{why}; keeps the {nearest}-step fit, the nearest budget that fitted it"
+        sources[longest][verdict] = f"the {nearest}-step fit, the nearest budget that fitted it"
 
 
 def write_thresholds(

@@ -120,16 +120,23 @@ def _standard_error(form: str, params: np.ndarray, covariance: np.ndarray, t: fl
     return float(math.sqrt(max(gradient @ covariance @ gradient, 0.0)))
 
 
-def forecast(curve: Sequence[float], form: str = FORM, interval_scale: float = INTERVAL_SCALE) -> Forecast | None:
+def finite_losses(curve: Sequence[float] | None) -> list[float]:
+    """The curve's finite values, in order (none for a missing curve)."""
+    return [float(v) for v in (curve if curve is not None else []) if v is not None and math.isfinite(v)]
+
+
+def forecast(
+    curve: Sequence[float] | None, form: str = FORM, interval_scale: float = INTERVAL_SCALE
+) -> Forecast | None:
     """The run's training loss carried to MULTIPLES x its steps; None when the curve is too short or will not fit.
 
-    `curve` is the training loss at every step (non-finite values are left out). The forecast never goes above
-    where the run stands now: a learning curve that rises again is no curve of this kind. The same curve is
-    fitted once: the analysis reads each record's features again for every problem it leaves out.
+    `curve` is the training loss at every step (non-finite values are left out; None: no curve). The forecast
+    never goes above where the run stands now: a learning curve that rises again is no curve of this kind. The
+    same curve is fitted once: the analysis reads each record's features again for every problem it leaves out.
     """
     if form not in FORMS:
         raise ValueError(f"unknown learning-curve form {form!r}: choose from {', '.join(FORMS)}")
-    values = np.array([float(v) for v in curve if v is not None and math.isfinite(v)], dtype=float)
+    values = np.array(finite_losses(curve), dtype=float)
     if len(values) < MIN_STEPS:
         return None
     return _forecast(values.tobytes(), form, interval_scale)

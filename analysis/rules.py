@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.features import FEATURES, feature_table, features
-from analysis.forecast import MIN_STEPS, forecast
+from analysis.forecast import MIN_STEPS, finite_losses, forecast
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
 HEALTHY = "healthy"
@@ -630,8 +630,7 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
 
 def forecast_line(measurements: Mapping) -> str:
     """`training loss at 2x the steps (400): 0.31 +- 0.04 (now 0.45)`, or why there is no forecast."""
-    curve = measurements.get("train_loss_curve")
-    values = [float(v) for v in (curve if curve is not None else []) if v is not None and math.isfinite(v)]
+    values = finite_losses(measurements.get("train_loss_curve"))
     made = forecast(values)
     if made is None:
         return f"no forecast of the training loss ({len(values)} finite steps; a curve needs {MIN_STEPS} and a fit)"

@@ -553,9 +553,8 @@ class Report:
         self.findings, self.checklist, self.steps = findings, checklist, steps
         self.measurements, self.features, self.note = measurements, feature_values, note
         self.places: dict[str, list[str]] = {}  # verdict -> recipe lines, filled by doctor.recipe.run
-        curve = measurements.get("train_loss_curve")
         # Would longer training help? The training loss carried to 2x and 4x the steps (analysis/forecast.py).
-        self.forecast = forecast(curve if curve is not None else [])
+        self.forecast = forecast(measurements.get("train_loss_curve"))
 
     @property
     def verdict(self) -> str:
