@@ -10,13 +10,9 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 
-EPOCH_CAP: int | None = None  # the tests set this to run every recipe on a short budget (None: as written)
+from benchmarks.working.common import epochs  # noqa: F401 - the tests' cap (WORKING_EPOCH_CAP), as for working programs
+
 N_TRAIN = 1437  # the first 1437 digits train, the last 360 are the held-out set
-
-
-def epochs(n: int) -> int:
-    """The program's own number of epochs, or the tests' cap when it is lower."""
-    return n if EPOCH_CAP is None else min(n, EPOCH_CAP)
 
 
 def digits(size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
