@@ -8,6 +8,7 @@ python -m analysis pairs [runs/pairs]      two faults at once: both, one or neit
 python -m analysis families [runs/families]  the rules on a CNN and a GRU
 python -m analysis devices [runs/devices]  the device study, its crossover table last
 python -m analysis forecast [runs/zoo]     the training-loss forecast scored against runs' own continuations
+python -m analysis data-curve [runs/zoo]   would more data help: the data gain by run, overfitting checks compared
 python -m analysis rules                   the rules, what each feature is normalized by, the thresholds
 python -m analysis docs [--check]          write the generated tables of docs/ (--check: only say which are stale)
 (the report also includes runs/realbugs/realbugs.md, written by `make realbugs`: python -m benchmarks.realbugs)
@@ -30,6 +31,7 @@ DEFAULT_RECORDS = {
     "families": "runs/families",
     "devices": "runs/devices",
     "forecast": "runs/zoo",
+    "data-curve": "runs/zoo",
     "realbugs": "runs/realbugs",
 }
 
@@ -99,6 +101,10 @@ def run(args: argparse.Namespace, records) -> None:
         from analysis.forecast import printout
 
         print("\n".join(printout(records[records.status == "ok"])))
+    elif args.command == "data-curve":
+        from analysis.data_forecast import printout as data_printout
+
+        print("\n".join(data_printout(records)))
     elif args.command == "early":
         from analysis.early import accuracy_by_budget, lines
 

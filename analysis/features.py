@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.data_forecast import data_forecast
 from analysis.forecast import forecast
 from harness.records import CHECKPOINT_COLUMNS
 from harness.targets import BINARY_LOSSES
@@ -182,6 +183,19 @@ def _label_noise_z(m: Mapping) -> float:
     neighbours = _excess_error(_get(m, "reference_loo_acc"), _get(m, "reference_knn_val_acc"), n_train, n_val)
     linear = _excess_error(_get(m, "reference_train_acc"), _get(m, "reference_linear_val_acc"), n_train, n_val)
     return float(np.fmax(neighbours, linear))
+
+
+def _data_gain(m: Mapping) -> float:
+    """The skill the references are forecast to gain from twice the examples (analysis/data_forecast.py).
+
+    In units of the room above the baseline, like every skill here. NaN without a data learning curve (no
+    references: regression, multi-label, inputs whose rows are not the examples).
+    """
+    made = data_forecast(m.get("data_curve_examples"), m.get("data_curve_val_acc"), _get(m, "reference_val_examples"))
+    baseline = _baseline(m)
+    if made is None or math.isnan(baseline) or baseline >= 1:
+        return math.nan
+    return made.gain / (1 - baseline)
 
 
 def _prior_shift(m: Mapping) -> float:
@@ -601,6 +615,14 @@ FEATURES_LIST = [
         "the run's own validation accuracy: the gap between what it fits and what it generalizes",
         False,
         lambda m: _get(m, "final_train_acc") - _get(m, "final_val_acc"),
+    ),
+    Feature(
+        "data_gain",
+        "validation skill quick references are forecast to gain from twice the training examples",
+        "the room above the baseline, on the run's own data learning curve (the references refitted on shares of"
+        " its examples)",
+        False,
+        _data_gain,
     ),
     Feature(
         "val_loss_rise",

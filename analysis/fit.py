@@ -94,13 +94,20 @@ def committed_thresholds(steps: int | None = None) -> dict[str, float]:
         return {}
 
 
-def why_unfitted(records: pd.DataFrame, table: pd.DataFrame, unclaimed: pd.Series, rule: Rule) -> str:
-    """Why `rule` cannot be fitted on these records: the sentence the fit and the report print."""
+def why_unfitted(
+    records: pd.DataFrame, table: pd.DataFrame, unclaimed: pd.Series, rule: Rule, harmed: pd.Series | None = None
+) -> str:
+    """Why `rule` cannot be fitted on these records: the sentence the fit and the report print.
+
+    `harmed`: where the outcome gate is open (a rule that needs harm is fitted only there).
+    """
     own = records.diagnosis == rule.verdict
     if not own.any():
         return "no cell of its fault in these records"
     if not (own & unclaimed).any():
         return "every cell of its fault was already named by an earlier rule"
+    if rule.needs_harm and harmed is not None and not (own & unclaimed & harmed).any():
+        return "no cell of its fault opens the outcome gate (the rule needs harm)"
     return f"no cell of its fault has its measurement ({rule.feature})"
 
 
@@ -151,7 +158,7 @@ def fit_thresholds(
         if fitted is not None:
             fitted = rule.bounded(fitted)
         if fitted is None:
-            why = why_unfitted(records, table, unclaimed, rule)
+            why = why_unfitted(records, table, unclaimed, rule, harmed)
             if rule.verdict not in fallback:
                 raise NothingToFit(f"the {rule.verdict} rule cannot be fitted ({why}) and has no threshold to keep")
             fitted = fallback[rule.verdict]

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.data_forecast import data_forecast
 from analysis.features import FEATURES, feature_table, features
 from analysis.forecast import MIN_STEPS, finite_losses, forecast
 
@@ -434,13 +435,17 @@ RULES = [
         next_step="audit a sample of the training examples the model contradicts: their labels are likely wrong",
     ),
     Rule(
+        # The gap alone decides; the data learning curve is evidence for the next step. Read with the forecast gain
+        # (`python -m analysis data-curve runs/zoo`), the rule raised false alarms on the zoo's small problems more
+        # than it named planted overfitting: a problem small by nature has a rising curve too.
         verdict="overfitting",
         needs_harm=True,
         feature="train_val_gap",
         above=True,
         evidence="training {metric_name} {train_score} against validation {val_score}: a gap of {value:.2f}"
-        " (threshold {threshold:.2f})",
-        next_step="get more data or augment it, regularize (weight decay, dropout), or stop earlier",
+        " (threshold {threshold:.2f}); would more data help? {data_line}",
+        next_step="get more data or augment it (check that no filter or slice dropped part of it), regularize"
+        " (weight decay, dropout), or stop earlier",
     ),
     Rule(
         # Capacity evidence, not "fails, cause unknown": neither the run nor a fresh copy trained in a clean loop
@@ -617,6 +622,7 @@ def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
     fields["output_layer"] = layer if isinstance(layer, str) and layer else "unknown"
     fields["loss_left"] = values["loss_left"]
     fields["forecast_line"] = forecast_line(measurements)
+    fields["data_line"] = data_line(measurements)
     try:  # ln C for class targets; for regression ln_classes holds the targets' variance, and exp may overflow
         fields["classes"] = math.exp(float(measurements.get("ln_classes")))
     except (TypeError, ValueError, OverflowError):
@@ -635,6 +641,16 @@ def forecast_line(measurements: Mapping) -> str:
     if made is None:
         return f"no forecast of the training loss ({len(values)} finite steps; a curve needs {MIN_STEPS} and a fit)"
     return made.line(2)
+
+
+def data_line(measurements: Mapping) -> str:
+    """The data learning curve and its forecast at twice the examples, or why there is none."""
+    made = data_forecast(
+        measurements.get("data_curve_examples"),
+        measurements.get("data_curve_val_acc"),
+        measurements.get("reference_val_examples"),
+    )
+    return "no data learning curve (it needs quick references)" if made is None else made.line()
 
 
 def _unexplained(

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
+from analysis.data_forecast import data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import forecast
 from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, diagnose, load_thresholds
@@ -555,6 +556,12 @@ class Report:
         self.places: dict[str, list[str]] = {}  # verdict -> recipe lines, filled by doctor.recipe.run
         # Would longer training help? The training loss carried to 2x and 4x the steps (analysis/forecast.py).
         self.forecast = forecast(measurements.get("train_loss_curve"))
+        # Would more data help? The quick references refitted on shares of the examples (analysis/data_forecast.py).
+        self.data_forecast = data_forecast(
+            measurements.get("data_curve_examples"),
+            measurements.get("data_curve_val_acc"),
+            measurements.get("reference_val_examples"),
+        )
 
     @property
     def verdict(self) -> str:
@@ -606,6 +613,15 @@ class Report:
                     for steps, (value, half) in self.forecast.at.items()
                 ],
             },
+            "data_forecast": None
+            if self.data_forecast is None
+            else {
+                "metric": "quick references' held-out accuracy",
+                "examples": list(self.data_forecast.examples),
+                "accuracies": list(self.data_forecast.accuracies),
+                "at_twice_the_examples": self.data_forecast.doubled,
+                "gain": self.data_forecast.gain,
+            },
             "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
             "features": {k: plain(float(v)) for k, v in self.features.items()},
@@ -628,6 +644,8 @@ class Report:
                 lines += self._finding_lines("  - ", finding)
         if self.forecast is not None:
             lines.append(f"would longer training help? {self.forecast.summary()}")
+        if self.data_forecast is not None:
+            lines.append(f"would more data help? {self.data_forecast.line()}")
         lines.append("is a bigger machine the answer?")
         lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist[:-1]]
         lines.append(f"  => {self.checklist[-1].detail}")

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-SCHEMA_VERSION = 14  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 15  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
@@ -32,7 +32,7 @@ SCHEMA_VERSION = 14  # 2: update ratio curve and peak; 3: the device study's tim
 # 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get; 12: the planted faults and
 # their verdicts as lists (`faults`, `verdicts`), `diagnosis` null when two are planted; 13: steps at a decayed rate,
 # the weights' norm against their first, parameters with a gradient that never moved, targets changed at the loss;
-# 14: capacity, what a fresh model fits of up to 1024 training examples in a clean loop
+# 14: capacity, what a fresh model fits of up to 1024 training examples in a clean loop; 15: the data learning curve
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 _COLUMNS = [
@@ -219,6 +219,8 @@ _COLUMNS = [
     ("prior_shift", _f64, "most under-represented training class: its validation share over its training share"),
     ("reference_examples", _i64, "distinct training examples the references were fitted on"),
     ("reference_val_examples", _i64, "held-out examples the references were scored on"),
+    ("data_curve_examples", pa.list_(_i64), "data learning curve: training examples the references were refitted on"),
+    ("data_curve_val_acc", pa.list_(_f64), "data learning curve: the references' validation accuracy at each size"),
 ]
 # The measurements that move as a run goes on, taken again at every step budget (loop.budgets) as if the run
 # had stopped there; the record's own columns of these names are the snapshot at the run's end.

@@ -23,6 +23,13 @@ examples, if any:
 - `reference_val_examples`: how many held-out examples those accuracies rest on (their sampling error).
 - `prior_shift`: how many times more frequent the class most under-represented in training is in validation
   (1 when both share the class mix; NaN without validation).
+- `data_curve_examples` and `data_curve_val_acc`: a data learning curve. The references are fitted again on
+  growing shares of the same training examples (CURVE_SHARES: an eighth, a quarter, a half, all), each share a
+  random subset of the next, and scored on the same held-out examples; each point is the mean of CURVE_REPEATS
+  random orders (one order leaves the small shares at the mercy of which few examples were drawn). Where the
+  curve still rises at its last doubling, more examples would raise what the data supports: the question "would
+  more data help?" (analysis/data_forecast.py reads it). A share too small to fit (under CURVE_MIN_EXAMPLES, or
+  a single class) is left out.
 
 Without validation examples, a quarter of the kept training examples is held out for the references and the
 baseline. Inputs are flattened to rows and standardized with the training rows' statistics; rows of more than
@@ -37,6 +44,9 @@ from sklearn.linear_model import RidgeClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
 MAX_FEATURES = 512
+CURVE_SHARES = (1 / 8, 1 / 4, 1 / 2)  # the smaller shares of the data learning curve; the whole set is the last
+CURVE_REPEATS = 3
+CURVE_MIN_EXAMPLES = 8  # fewer examples than this say nothing a 5-NN vote can be trusted on
 EMPTY = {
     "baseline_val_acc": math.nan,
     "reference_val_acc": math.nan,
@@ -47,6 +57,8 @@ EMPTY = {
     "prior_shift": math.nan,
     "reference_examples": 0,
     "reference_val_examples": 0,
+    "data_curve_examples": [],
+    "data_curve_val_acc": [],
 }
 
 
@@ -97,6 +109,7 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
         "prior_shift": float(shift) if validated else math.nan,
         "reference_examples": len(y),
         "reference_val_examples": len(vy),
+        **_data_curve(x, y, vx, vy, full, rng),
     }
 
 
@@ -105,3 +118,22 @@ def _references(x, y, vx, vy) -> tuple[RidgeClassifier, KNeighborsClassifier, fl
     linear = RidgeClassifier(alpha=1.0).fit(x, y)  # milliseconds; a logistic regression took 100 times as long
     neighbours = KNeighborsClassifier(n_neighbors=min(5, len(y))).fit(x, y)
     return linear, neighbours, float(max(linear.score(vx, vy), neighbours.score(vx, vy)))
+
+
+def _data_curve(x, y, vx, vy, full: float, rng: np.random.Generator) -> dict:
+    """The references' held-out accuracy on growing shares of the training examples (module docstring)."""
+    sizes = sorted({round(share * len(y)) for share in CURVE_SHARES} - {len(y)})
+    examples, accuracies = [], []
+    orders = [rng.permutation(len(y)) for _ in range(CURVE_REPEATS)]
+    for size in sizes:
+        if size < CURVE_MIN_EXAMPLES:
+            continue
+        scores = [
+            _references(x[order[:size]], y[order[:size]], vx, vy)[2]
+            for order in orders
+            if len(np.unique(y[order[:size]])) > 1
+        ]
+        if len(scores) == len(orders):
+            examples.append(size)
+            accuracies.append(float(np.mean(scores)))
+    return {"data_curve_examples": [*examples, len(y)], "data_curve_val_acc": [*accuracies, full]}
