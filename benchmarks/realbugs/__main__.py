@@ -37,6 +37,7 @@ also gets `realbugs.md`, the table the report (`make report`) includes (with a s
 import argparse
 import csv
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -132,9 +133,17 @@ def content_hash(folder: Path) -> str:
     return runner.content_hash([*folder.rglob("*"), HERE / "kerasport.py"])
 
 
+def traincheck_helpers(folder: Path) -> list[Path]:
+    """The modules of traincheck/ that a subject's recipes import (common.py; ranks.py for the two-process ones)."""
+    pattern = re.compile(r"benchmarks\.realbugs\.traincheck(?:\.(\w+)| import (\w+))")
+    names = {n for path in folder.glob("*.py") for match in pattern.finditer(path.read_text()) for n in match.groups()}
+    modules = [TRAINCHECK / f"{name}.py" for name in sorted(n for n in names if n)]
+    return [module for module in modules if module.is_file()]
+
+
 def traincheck_hash(folder: Path) -> str:
     """A hash of a TrainCheck subject's files, the helpers its recipes import, the doctor's code and thresholds."""
-    helpers = [TRAINCHECK / "common.py", HERE.parent / "working" / "common.py"]
+    helpers = [TRAINCHECK / "common.py", HERE.parent / "working" / "common.py", *traincheck_helpers(folder)]
     return runner.content_hash([*folder.rglob("*"), *helpers])
 
 
