@@ -84,7 +84,9 @@ def test_a_misspelled_key_in_a_dataset_or_sweep_file_names_the_nearest_key(tmp_p
 
 def test_a_dataset_file_in_its_own_package_may_hold_any_keys(tmp_path):
     write(tmp_path, "dataset", "iris", "name: iris\nloader: {_target_: sklearn.datasets.load_iris, return_X_y: true}\n")
-    assert check_command_line(["--config-dir", str(tmp_path), "dataset=iris", "model=cnn"]) is None
+    # A runnable cell has its records folder tried (created): a temporary one, not the default runs/default.
+    records = f"run.records={tmp_path / 'runs'}"
+    assert check_command_line(["--config-dir", str(tmp_path), "dataset=iris", "model=cnn", records]) is None
 
 
 # Knobs out of range: one line each, naming the key, the value and what is valid.
