@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs working docs test test-slow test-all lint format bench bench-doctor bench-engines clean-runs
+.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs working docs test test-slow test-all lint format bench bench-doctor bench-engines bench-import clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -101,6 +101,9 @@ bench-engines: setup ## the 100-cell grid on a local Dask cluster against the jo
 bench-doctor: setup ## the doctor's overhead on a user's loop, Lightning and Hugging Face, and its time to a verdict (about 3 minutes)
 	$(BIN)/python bench/doctor_overhead.py
 	$(BIN)/python bench/integrations_overhead.py
+
+bench-import: setup ## how long `import doctor` takes against `import torch`, and what it loads (about half a minute)
+	$(BIN)/python bench/import_time.py
 
 clean-runs: ## delete every records folder under runs/ (and Hydra's logs there)
 	find runs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +

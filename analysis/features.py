@@ -15,14 +15,17 @@ of its measurements at every budget it reached), so that the same features can b
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from analysis.data_forecast import data_forecast
 from analysis.forecast import forecast
-from harness.records import CHECKPOINT_COLUMNS
+from harness.columns import CHECKPOINT_COLUMNS
 from harness.targets import BINARY_LOSSES
+
+if TYPE_CHECKING:  # pandas is loaded where a table is built, so judging one run (the doctor) never loads it
+    import pandas as pd
 
 
 def _get(m: Mapping, key: str) -> float:
@@ -661,20 +664,22 @@ def features(measurements: Mapping) -> dict[str, float]:
     return {f.name: float(f.compute(measurements)) for f in FEATURES_LIST}
 
 
-def feature_table(records: pd.DataFrame) -> pd.DataFrame:
+def feature_table(records: "pd.DataFrame") -> "pd.DataFrame":
     """`features` of every record, one row each, same index."""
+    import pandas as pd
+
     rows = [features(m) for m in records.to_dict("records")]
     return pd.DataFrame(rows, index=records.index, columns=list(FEATURES)).astype(float)
 
 
-def budgets_of(records: pd.DataFrame) -> list[int]:
+def budgets_of(records: "pd.DataFrame") -> list[int]:
     """Every step budget some record passed through (a snapshot before its end), and the longest run's end.
 
     A run cut short on purpose (still_improving stops at 20, 60 or 150 steps) ends at its own length: that is
     no budget the grid's runs were measured at, so it makes none (its snapshots at the grid's budgets count).
     """
     found, ends = set(), set()
-    for snapshots in records.get("checkpoints", pd.Series(dtype=object)):
+    for snapshots in records.get("checkpoints", ()):
         steps = sorted(int(s["steps"]) for s in _list(snapshots))
         found.update(steps[:-1])
         ends.update(steps[-1:])
@@ -685,11 +690,13 @@ def _list(value) -> list:
     return [] if value is None else list(value)
 
 
-def at_budget(records: pd.DataFrame, steps: int) -> pd.DataFrame:
+def at_budget(records: "pd.DataFrame", steps: int) -> "pd.DataFrame":
     """The records as they were after `steps` training steps: records that never got there are left out.
 
     The snapshot's measurements replace the record's own, and the curves are cut at that step.
     """
+    import pandas as pd
+
     rows, index = [], []
     for key, record in zip(records.index, records.to_dict("records"), strict=True):
         snapshot = next((s for s in _list(record.get("checkpoints")) if s["steps"] == steps), None)

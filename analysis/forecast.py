@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import curve_fit
 
 BINS = 20  # medians of this many stretches of the run are fitted (fewer when the run is short)
 MIN_STEPS = 20  # a shorter curve has too few points to fit a floor, a scale, a span and a rate
@@ -90,6 +89,8 @@ def smoothed(curve: Sequence[float], bins: int = BINS) -> tuple[np.ndarray, np.n
 
 def _fit(form: str, steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The form's parameters fitted to (steps, values) and their covariance, or None when the fit fails."""
+    from scipy.optimize import curve_fit  # here, not at the top: `import doctor` should not load scipy
+
     low = 0.0 if values.min() >= 0 else -np.inf  # a loss that cannot go negative has a floor of at least 0
     top = float(values.max())
     fall = max(float(values[0] - values[-1]), 1e-12)

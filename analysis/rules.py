@@ -30,13 +30,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from analysis.data_forecast import data_forecast
 from analysis.features import FEATURES, feature_table, features
 from analysis.forecast import MIN_STEPS, finite_losses, forecast
+
+if TYPE_CHECKING:  # pandas is loaded where a table is judged, so judging one run (the doctor) never loads it
+    import pandas as pd
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
 HEALTHY = "healthy"
@@ -703,7 +706,7 @@ def diagnose(
     measurements = dict(measurements)
     if thresholds is None:
         steps = measurements.get("steps")
-        thresholds = load_thresholds(None if steps is None or pd.isna(steps) else int(steps))
+        thresholds = load_thresholds(_known_steps(steps))
     values = features(measurements)
     fields = _evidence_fields(measurements, values)
     gate_threshold = thresholds.get(OUTCOME_GATE.name)
@@ -730,8 +733,18 @@ def diagnose(
     return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
 
 
-def gate_open(table: pd.DataFrame, threshold: float | None) -> pd.Series:
+def _known_steps(steps) -> int | None:
+    """A record's step count as an int, or None where it is missing (None, NaN, or pandas' NA)."""
+    try:
+        return None if steps is None or math.isnan(float(steps)) else int(steps)
+    except TypeError:  # pandas' NA refuses float()
+        return None
+
+
+def gate_open(table: "pd.DataFrame", threshold: float | None) -> "pd.Series":
     """The outcome gate on each row of a feature table: True where the run's outcome shows harm."""
+    import pandas as pd
+
     if threshold is None or math.isnan(threshold):
         return pd.Series(True, index=table.index)
     rows = table[list(OUTCOME_GATE.reads)].to_dict("records")
@@ -739,15 +752,17 @@ def gate_open(table: pd.DataFrame, threshold: float | None) -> pd.Series:
 
 
 def verdicts(
-    records: pd.DataFrame,
+    records: "pd.DataFrame",
     rules: list[Rule] = RULES,
     thresholds: dict[str, float] | None = None,
-    table: pd.DataFrame | None = None,
-) -> pd.DataFrame:
+    table: "pd.DataFrame | None" = None,
+) -> "pd.DataFrame":
     """For each record: the verdict, every failing verdict in order (`fired`), and the warnings.
 
     `table`: the records' feature table, if already computed. The same logic as `diagnose`, on many records.
     """
+    import pandas as pd
+
     thresholds = load_thresholds() if thresholds is None else thresholds
     table = feature_table(records) if table is None else table
     gate_threshold = thresholds.get(OUTCOME_GATE.name)

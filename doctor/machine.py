@@ -29,7 +29,10 @@ class Check:
     detail: str
 
 
-DEVICE_STUDY = Path("runs/devices")
+# The device study's records in this checkout (`make gpu-study` writes them): a path anchored at the package, so
+# the line is the same from whatever folder the user's program runs in.
+ROOT = Path(__file__).resolve().parent.parent
+DEVICE_STUDY = ROOT / "runs" / "devices"
 
 
 def device_study_line(folder: Path = DEVICE_STUDY) -> str:
@@ -38,8 +41,9 @@ def device_study_line(folder: Path = DEVICE_STUDY) -> str:
     from analysis.load import optional_records
 
     records = optional_records(folder)
+    folder = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder  # runs/devices, not /home/...
     if records is None:
-        return "no device study here yet (`make gpu-study` measures when a GPU pays)"
+        return f"no device study in {folder} yet (`make gpu-study` measures when a GPU pays)"
     table = crossover(study_table(records))
     if table is None:
         return f"the device study in {folder} has no GPU figures yet"

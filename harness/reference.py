@@ -37,11 +37,14 @@ baseline. Inputs are flattened to rows and standardized with the training rows' 
 """
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from sklearn.linear_model import RidgeClassifier
-from sklearn.neighbors import KNeighborsClassifier
+
+if TYPE_CHECKING:  # scikit-learn is loaded when a reference is fitted, so `import doctor` does not load it
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.neighbors import KNeighborsClassifier
 
 MAX_FEATURES = 512
 CURVE_SHARES = (1 / 8, 1 / 4, 1 / 2)  # the smaller shares of the data learning curve; the whole set is the last
@@ -92,6 +95,8 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
     std[std == 0] = 1.0
     x, vx = (x - mean) / std, (vx - mean) / std
     linear, neighbours, full = _references(x, y, vx, vy)
+    from sklearn.neighbors import KNeighborsClassifier
+
     # Leave-one-out 5-NN on the training examples: the nearest neighbour of each is itself, so ask for six.
     k = min(5, len(y) - 1)
     index = KNeighborsClassifier(n_neighbors=k + 1).fit(x, y).kneighbors(x, return_distance=False)[:, 1:]
@@ -113,8 +118,11 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
     }
 
 
-def _references(x, y, vx, vy) -> tuple[RidgeClassifier, KNeighborsClassifier, float]:
+def _references(x, y, vx, vy) -> tuple["RidgeClassifier", "KNeighborsClassifier", float]:
     """The ridge classifier and 5-NN fitted on (x, y), and the better held-out accuracy of the two."""
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.neighbors import KNeighborsClassifier
+
     linear = RidgeClassifier(alpha=1.0).fit(x, y)  # milliseconds; a logistic regression took 100 times as long
     neighbours = KNeighborsClassifier(n_neighbors=min(5, len(y))).fit(x, y)
     return linear, neighbours, float(max(linear.score(vx, vy), neighbours.score(vx, vy)))

@@ -77,7 +77,7 @@ def test_the_doctor_quotes_the_device_study_where_it_exists(tmp_path):
     from doctor.machine import device_study_line
     from harness.records import SCHEMA_VERSION, empty_record, write_record
 
-    assert "no device study here yet" in device_study_line(tmp_path / "none")
+    assert f"no device study in {tmp_path / 'none'} yet" in device_study_line(tmp_path / "none")
     for device, width, milliseconds in [("cpu", 64, 1.0), ("cuda", 64, 2.0), ("cpu", 1024, 40.0), ("cuda", 1024, 4.0)]:
         recipe = f"model:\n  hidden: [{width}, {width}]\ndata:\n  batch_size: 256\n"
         write_record(
