@@ -50,16 +50,19 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 from torch import nn
 
-from analysis.data_forecast import data_forecast
+from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
-from analysis.forecast import forecast
-from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, diagnose, load_thresholds
-from doctor.machine import bigger_machine
-from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch
+from analysis.forecast import Forecast, forecast
+from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, load_thresholds
+from analysis.rules import diagnose as rule_findings
+from doctor.machine import Checklist, bigger_machine, memory_line
+from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch, Origin
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows, fit_capacity, memorize
@@ -146,7 +149,8 @@ class Doctor:
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
         self.memorized_on = 0  # examples memorization fitted
-        self._report = None
+        self._observed: Observed | None = None  # set by finish(): the watch is over
+        self._report: Report | None = None  # report() with the fitted thresholds, kept
 
     def __iter__(self) -> Iterator:
         if self.batches is None:
@@ -199,10 +203,40 @@ class Doctor:
     def steps(self) -> int:
         return self.instruments.step + 1
 
+    def finish(self) -> "Observed":
+        """End the watch: take the hooks off, measure what is left (the fits, the evaluations), return the run.
+
+        Call it once training has ended; report() calls it. Later calls return the same observation.
+        """
+        if self._observed is None:
+            with refusing():
+                measured = self._measurements()
+            device = next(self.model.parameters()).device
+            out_of_memory = str(self.error) if isinstance(self.error, torch.OutOfMemoryError) else None
+            self._observed = Observed(
+                MappingProxyType(measured),
+                self.steps,
+                self.val_start,
+                on_accelerator=device.type == "cuda",
+                memory=memory_line(device),
+                out_of_memory=out_of_memory,
+                nonfinite=self.nonfinite.origin,
+                unmemorized=self.unmemorized,
+                memorized_on=self.memorized_on,
+            )
+        return self._observed
+
     def measurements(self) -> dict:
-        """Everything measured, keyed like the grid's record columns (NaN where it could not be measured)."""
-        with refusing():
-            return self._measurements()
+        """Everything measured, keyed like the grid's record columns (NaN where it could not be measured).
+
+        Only once the watch is over (finish(), or report()): asking does not end it.
+        """
+        if self._observed is None:
+            raise RuntimeError(
+                "the doctor is still watching this run: call doctor.finish() after the last step (doctor.report()"
+                " finishes it too), then doctor.measurements()"
+            )
+        return dict(self._observed.measurements)
 
     def _measurements(self) -> dict:
         if self.n_classes is None:
@@ -275,47 +309,90 @@ class Doctor:
         }
 
     def report(self, thresholds: dict[str, float] | None = None) -> "Report":
-        """The verdict, every rule that fired with its evidence, the next step, and the bigger-machine check."""
+        """finish() the watch and diagnose() the run: the verdict, the findings, and the bigger-machine check.
+
+        Without `thresholds`, those fitted for the step budget nearest to the run's steps (the report is kept).
+        """
+        if thresholds is not None:
+            return diagnose(self.finish(), thresholds)
         if self._report is None:
-            measured = self.measurements()
-            thresholds = load_thresholds(self.steps) if thresholds is None else thresholds
-            findings, note = diagnose(measured, RULES, thresholds), None
-            origin = self.nonfinite.origin
-            if origin is not None:
-                # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where
-                # their measurements can still mean something.
-                evidence = self.nonfinite.evidence(self.steps, measured["nonfinite_losses"])
-                first = Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)
-                fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
-                if origin.from_the_start:
-                    note = (
-                        f"no fitted rule was judged: the {origin.what.split()[0]} were non-finite from the first step,"
-                        " and every measurement the rules read saw them"
-                    )
-                    fitted = []
-                else:
-                    fitted = [f for f in fitted if f.verdict not in READS_TRAINED_ACCURACY]
-                    note = "not judged on a non-finite run, as they read the trained model's accuracy: " + ", ".join(
-                        READS_TRAINED_ACCURACY
-                    )
-                findings = [first, *fitted]
-            skipped = measured["amp_skipped_share"]
-            if origin is None and skipped > SKIPPED_MOST:
-                findings = [_skipped_steps(measured), *(f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED))]
-            device = next(self.model.parameters()).device
-            starved = thresholds["starved_loader"]
-            checklist = bigger_machine(
-                measured,
-                findings,
-                self.val_start,
-                device,
-                self.error,
-                starved,
-                unmemorized=self.unmemorized,
-                memorized_on=self.memorized_on,
-            )
-            self._report = Report(findings, checklist, self.steps, measured, features(measured), note)
+            self._report = diagnose(self.finish())
         return self._report
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One finished run as the doctor saw it: everything `diagnose` reads (no model, no hooks, no device).
+
+    `measurements` is keyed like a grid record's columns; the rest is what the verdict and the checklist need
+    beside them: the validation (loss, score) before training, where the run ran and its memory, the first
+    non-finite value's origin, and how memorization went.
+    """
+
+    measurements: Mapping
+    steps: int
+    val_start: tuple[float, float] | None = None
+    on_accelerator: bool = False
+    memory: str = "CPU run"  # the accelerator's peak allocation against its size
+    out_of_memory: str | None = None  # the error, where the loop ran out of memory
+    nonfinite: Origin | None = None  # where the first NaN or inf came from (doctor/nonfinite.py)
+    unmemorized: str = "no model factory given"  # why memorization was not measured, if it was not
+    memorized_on: int = 0  # examples memorization fitted
+
+
+def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) -> "Report":
+    """The report on a finished run; it changes nothing and reads only `observed` and the thresholds.
+
+    Without `thresholds`: the fitted ones of the step budget nearest to the run's steps (analysis/thresholds.json).
+    """
+    thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
+    measured = observed.measurements
+    findings, note = _findings(observed, thresholds)
+    return Report(
+        tuple(findings),
+        bigger_machine(observed, findings[0].verdict, thresholds["starved_loader"]),
+        observed.steps,
+        measured,
+        MappingProxyType(features(measured)),
+        note,
+        # Would longer training help? The training loss carried to 2x and 4x the steps (analysis/forecast.py).
+        forecast=forecast(measured.get("train_loss_curve")),
+        # Would more data help? The quick references refitted on shares of the examples (analysis/data_forecast.py).
+        data_forecast=data_forecast(
+            measured.get("data_curve_examples"),
+            measured.get("data_curve_val_acc"),
+            measured.get("reference_val_examples"),
+        ),
+    )
+
+
+def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list[Finding], str | None]:
+    """The findings, and the note saying which rules were not judged (None: all were).
+
+    The fitted rules' findings come after a non-finite loss, or after most steps skipped by the GradScaler, where
+    either happened.
+    """
+    measured, origin = observed.measurements, observed.nonfinite
+    findings = rule_findings(measured, RULES, dict(thresholds))
+    fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
+    if origin is not None:
+        # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their
+        # measurements can still mean something.
+        evidence = origin.evidence(observed.steps, measured["nonfinite_losses"])
+        first = Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)
+        if origin.from_the_start:
+            note = (
+                f"no fitted rule was judged: the {origin.what.split()[0]} were non-finite from the first step, and"
+                " every measurement the rules read saw them"
+            )
+            return [first], note
+        note = "not judged on a non-finite run, as they read the trained model's accuracy: " + ", ".join(
+            READS_TRAINED_ACCURACY
+        )
+        return [first, *(f for f in fitted if f.verdict not in READS_TRAINED_ACCURACY)], note
+    if measured["amp_skipped_share"] > SKIPPED_MOST:
+        return [_skipped_steps(measured), *fitted], None
+    return findings, None
 
 
 SKIPPED = "amp_steps_skipped"
@@ -532,6 +609,7 @@ def probe(
     return doctor.report()
 
 
+@dataclass(frozen=True)
 class Report:
     """What the doctor found: the verdict, the other failing findings and the warnings, and the bigger-machine check.
 
@@ -539,29 +617,20 @@ class Report:
     none is failing), then the other failing findings in rule order, then the warnings: oddities the run did not
     pay for (analysis/rules.py). `note` says which rules were not judged, and why (on a run whose loss went NaN
     or inf). `places`, set when the run came from a recipe file (doctor/recipe.py), gives per verdict the
-    recipe's lines its next step is about.
+    recipe's lines its next step is about. A report is a value: `diagnose` builds it, nothing changes it.
     """
 
-    def __init__(
-        self,
-        findings: list[Finding],
-        checklist: list,
-        steps: int,
-        measurements: dict,
-        feature_values: dict,
-        note: str | None = None,
-    ):
-        self.findings, self.checklist, self.steps = findings, checklist, steps
-        self.measurements, self.features, self.note = measurements, feature_values, note
-        self.places: dict[str, list[str]] = {}  # verdict -> recipe lines, filled by doctor.recipe.run
-        # Would longer training help? The training loss carried to 2x and 4x the steps (analysis/forecast.py).
-        self.forecast = forecast(measurements.get("train_loss_curve"))
-        # Would more data help? The quick references refitted on shares of the examples (analysis/data_forecast.py).
-        self.data_forecast = data_forecast(
-            measurements.get("data_curve_examples"),
-            measurements.get("data_curve_val_acc"),
-            measurements.get("reference_val_examples"),
-        )
+    findings: tuple[Finding, ...]
+    checklist: Checklist
+    steps: int
+    measurements: Mapping  # keyed like a grid record's columns
+    features: Mapping  # the rules' features, computed from the measurements
+    note: str | None = None
+    places: Mapping[str, list[str]] = field(default_factory=dict)  # verdict -> recipe lines (doctor.recipe.run)
+    # Would longer training help? The training loss carried to 2x and 4x the steps (analysis/forecast.py).
+    forecast: Forecast | None = None
+    # Would more data help? The quick references refitted on shares of the examples (analysis/data_forecast.py).
+    data_forecast: DataForecast | None = None
 
     @property
     def verdict(self) -> str:
@@ -623,7 +692,7 @@ class Report:
                 "gain": self.data_forecast.gain,
             },
             "places": dict(self.places),  # only findings of this report have places
-            "bigger_machine": [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checklist],
+            "bigger_machine": self.checklist.to_dict(),
             "features": {k: plain(float(v)) for k, v in self.features.items()},
         }
 
@@ -647,8 +716,8 @@ class Report:
         if self.data_forecast is not None:
             lines.append(f"would more data help? {self.data_forecast.line()}")
         lines.append("is a bigger machine the answer?")
-        lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist[:-1]]
-        lines.append(f"  => {self.checklist[-1].detail}")
+        lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist.checks]
+        lines.append(f"  => {self.checklist.conclusion}")
         return "\n".join(lines)
 
     def _finding_lines(self, bullet: str, finding: Finding) -> list[str]:

@@ -9,12 +9,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from analysis.features import features
-from analysis.rules import HEALTHY, UNEXPLAINED, Finding
+from analysis.rules import HEALTHY, UNEXPLAINED
 from harness.targets import CLASS_TASKS
+
+if TYPE_CHECKING:
+    from doctor.core import Observed
 
 LOADER_FIXES = (
     "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4), or decode and "
@@ -24,9 +28,32 @@ LOADER_FIXES = (
 
 @dataclass(frozen=True)
 class Check:
+    """One line of the checklist: what is checked, whether the run passes it, and the measured number behind it."""
+
     check: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True)
+class Checklist:
+    """Is a bigger machine the answer? The checks in order, and the conclusion drawn from them.
+
+    `helps` is True only where a bigger machine would: the run learns, no fault is named, it is fed, its
+    accelerator (if any) is busy, and it still ran out of memory.
+    """
+
+    checks: tuple[Check, ...]
+    conclusion: str
+    helps: bool
+
+    def __iter__(self):
+        return iter(self.checks)
+
+    def to_dict(self) -> dict:
+        """The checklist as JSON-ready values: the checks, the conclusion, and whether a bigger machine helps."""
+        checks = [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checks]
+        return {"checks": checks, "conclusion": self.conclusion, "helps": self.helps}
 
 
 # The device study's records in this checkout (`make gpu-study` writes them): a path anchored at the package, so
@@ -51,105 +78,26 @@ def device_study_line(folder: Path = DEVICE_STUDY) -> str:
     return f"the device study ({folder}) found the GPU faster on the digits MLP at " + "; ".join(wins)
 
 
-def bigger_machine(
-    measured: Mapping,
-    findings: list[Finding],
-    val_start,
-    device: torch.device,
-    error,
-    starved_threshold: float,
-    unmemorized: str = "no model factory given",
-    memorized_on: int = 16,
-) -> list[Check]:
-    """The checklist; its last line is the conclusion. `starved_threshold` is the rules' data-wait threshold.
+def bigger_machine(observed: "Observed", verdict: str, starved_threshold: float) -> Checklist:
+    """The checklist of one finished run (doctor.core.Observed) whose verdict is `verdict`.
 
-    `measured` is the run's measurements (the doctor's mapping, keyed like a grid record); `unmemorized` says why
-    memorization was not measured, where it was not, and `memorized_on` on how many examples it was.
+    `starved_threshold` is the rules' data-wait threshold (the loader check reads the same feature).
     """
-    checks = []
-    ln_c = measured["ln_classes"]  # the uninformed loss: ln C for classes, the targets' variance for regression
-    task = measured.get("task")
-    uninformed = "ln C" if task in CLASS_TASKS else "the uninformed loss"
-    metric = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
-    memorized = measured["memorize_best_loss"]
-    tried = list(measured["memorize_losses"])
-    if not tried:
-        memorizes, memo = True, f"not measured ({unmemorized})"
-    elif math.isnan(memorized):
-        # Memorization ran, and no rate reached a finite loss: that is a measurement, not a missing factory.
-        losses = ", ".join(f"{loss:.3g}" for loss in tried)
-        memorizes = False
-        memo = f"a fresh model reached no finite loss on {memorized_on} examples at any rate (losses {losses})"
-    else:
-        memorizes = memorized < 0.1 * ln_c
-        memo = (
-            f"best loss {memorized:.3g} on {memorized_on} examples (below {0.1 * ln_c:.3g} = 0.1 x {uninformed}"
-            " means it can)"
-        )
-    nonfinite = measured["nonfinite_losses"]
-    if nonfinite:
-        # A model computing NaN has no accuracy to compare: argmax of NaN rows is class 0, not learning.
-        improves, progress = False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf"
-    elif val_start is not None and not math.isnan(measured["final_val_acc"]):
-        improves = measured["final_val_acc"] > val_start[1] + 0.05
-        start, end = val_start[1], measured["final_val_acc"]
-        shown = (f"{start:.2f}", f"{end:.2f}") if task == "regression" else (f"{start:.0%}", f"{end:.0%}")
-        progress = f"validation {metric} {shown[0]} -> {shown[1]}"
-    else:
-        curve = measured["train_loss_curve"]
-        tenth = max(1, len(curve) // 10)
-        head, tail = sum(curve[:tenth]) / tenth, sum(curve[-tenth:]) / tenth
-        improves = tail < 0.5 * head
-        progress = f"training loss {head:.3g} -> {tail:.3g} over the first and last tenth (no validation given)"
-    checks.append(Check("it learns", memorizes and improves, f"{memo}; {progress}"))
-
-    verdict = findings[0].verdict
-    if verdict == HEALTHY:
-        named = "the rules found none"
-    elif verdict == UNEXPLAINED:
-        named = "the run fails, and no check names why (not among the known causes)"
-    else:
-        named = f"the rules name {verdict}"
-    checks.append(Check("no fault named", verdict == HEALTHY, named))
-
-    share, limit = measured["data_wait_share"], starved_threshold
-    wait = features(measured)["data_wait_ratio"]
-    fed = not wait > limit
-    detail = (
-        f"waited {wait:.2g}s for data per second of compute, {share:.0%} of the loop (the rules call {limit:.2g}"
-        " starved)"
+    measured = observed.measurements
+    checks = (
+        Check("it learns", *_learns(observed)),
+        _no_fault_named(verdict),
+        _loader_keeps_up(measured, starved_threshold),
+        _accelerator_busy(measured["data_wait_share"], observed.on_accelerator),
+        _memory_runs_out(observed),
     )
-    checks.append(Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {LOADER_FIXES}"))
-
-    if device.type == "cuda":
-        busy = 1.0 - share
-        checks.append(
-            Check(
-                "the accelerator is busy",
-                busy > 0.8,
-                f"{busy:.0%} of the loop outside data waits (an upper bound on GPU busy time)",
-            )
-        )
-    else:
-        checks.append(
-            Check("the accelerator is busy", True, f"no accelerator: the run is on the CPU; {device_study_line()}")
-        )
-
-    out_of_memory = isinstance(error, torch.OutOfMemoryError)
-    if device.type == "cuda":
-        peak, total = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
-        memory = f"peak {peak / 2**30:.2f} of {total / 2**30:.1f} GiB"
-    else:
-        memory = "CPU run"
-    ran_out = f"ran out of memory ({error})" if out_of_memory else f"did not run out ({memory})"
-    checks.append(Check("memory is what runs out", out_of_memory, ran_out))
-
-    if not checks[0].ok or not checks[1].ok:
+    learns, named, fed, busy, out_of_memory = (c.ok for c in checks)
+    if not learns or not named:
         fix = verdict if verdict not in (HEALTHY, UNEXPLAINED) else "why it does not learn"
         conclusion = f"no: fix {fix} first; a bigger machine would reproduce the failure sooner, at a higher price"
     elif not fed:
         conclusion = "no: the loader is the bottleneck; feed the model faster first"
-    elif not checks[3].ok:
+    elif not busy:
         conclusion = "no: the accelerator waits; find what it waits for before buying a bigger one"
     elif out_of_memory:
         conclusion = (
@@ -160,5 +108,89 @@ def bigger_machine(
         conclusion = (
             "not needed: the run learns, is fed, and fits in memory; a bigger machine would only make it faster"
         )
-    checks.append(Check("conclusion", checks[-1].ok and all(c.ok for c in checks[:4]), conclusion))
-    return checks
+    return Checklist(checks, conclusion, helps=all(c.ok for c in checks))
+
+
+def _learns(observed: "Observed") -> tuple[bool, str]:
+    """Whether the run learns (a fresh model memorizes a few examples, and the run improves), and the numbers."""
+    memorizes, memo = _memorizes(observed)
+    improves, progress = _improves(observed.measurements, observed.val_start)
+    return memorizes and improves, f"{memo}; {progress}"
+
+
+def _memorizes(observed: "Observed") -> tuple[bool, str]:
+    """Whether a fresh model drove the loss on a few examples near 0 (True where it was not measured)."""
+    measured = observed.measurements
+    ln_c = measured["ln_classes"]  # the uninformed loss: ln C for classes, the targets' variance for regression
+    uninformed = "ln C" if measured.get("task") in CLASS_TASKS else "the uninformed loss"
+    memorized, tried, on = measured["memorize_best_loss"], list(measured["memorize_losses"]), observed.memorized_on
+    if not tried:
+        return True, f"not measured ({observed.unmemorized})"
+    if math.isnan(memorized):
+        # Memorization ran, and no rate reached a finite loss: that is a measurement, not a missing factory.
+        losses = ", ".join(f"{loss:.3g}" for loss in tried)
+        return False, f"a fresh model reached no finite loss on {on} examples at any rate (losses {losses})"
+    said = f"best loss {memorized:.3g} on {on} examples (below {0.1 * ln_c:.3g} = 0.1 x {uninformed} means it can)"
+    return memorized < 0.1 * ln_c, said
+
+
+def _improves(measured: Mapping, val_start: tuple[float, float] | None) -> tuple[bool, str]:
+    """Whether the run got better: validation score up 5 points, or else the training loss halved."""
+    task = measured.get("task")
+    nonfinite = measured["nonfinite_losses"]
+    if nonfinite:
+        # A model computing NaN has no accuracy to compare: argmax of NaN rows is class 0, not learning.
+        return False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf"
+    if val_start is not None and not math.isnan(measured["final_val_acc"]):
+        metric = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
+        start, end = val_start[1], measured["final_val_acc"]
+        shown = (f"{start:.2f}", f"{end:.2f}") if task == "regression" else (f"{start:.0%}", f"{end:.0%}")
+        return end > start + 0.05, f"validation {metric} {shown[0]} -> {shown[1]}"
+    curve = measured["train_loss_curve"]
+    tenth = max(1, len(curve) // 10)
+    head, tail = sum(curve[:tenth]) / tenth, sum(curve[-tenth:]) / tenth
+    said = f"training loss {head:.3g} -> {tail:.3g} over the first and last tenth (no validation given)"
+    return tail < 0.5 * head, said
+
+
+def _no_fault_named(verdict: str) -> Check:
+    if verdict == HEALTHY:
+        named = "the rules found none"
+    elif verdict == UNEXPLAINED:
+        named = "the run fails, and no check names why (not among the known causes)"
+    else:
+        named = f"the rules name {verdict}"
+    return Check("no fault named", verdict == HEALTHY, named)
+
+
+def _loader_keeps_up(measured: Mapping, limit: float) -> Check:
+    """The data wait per second of compute against the rules' starved threshold, with the usual fixes if over."""
+    share, wait = measured["data_wait_share"], features(measured)["data_wait_ratio"]
+    fed = not wait > limit
+    detail = (
+        f"waited {wait:.2g}s for data per second of compute, {share:.0%} of the loop (the rules call {limit:.2g}"
+        " starved)"
+    )
+    return Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {LOADER_FIXES}")
+
+
+def _accelerator_busy(data_wait_share: float, on_accelerator: bool) -> Check:
+    if not on_accelerator:
+        return Check("the accelerator is busy", True, f"no accelerator: the run is on the CPU; {device_study_line()}")
+    busy = 1.0 - data_wait_share
+    detail = f"{busy:.0%} of the loop outside data waits (an upper bound on GPU busy time)"
+    return Check("the accelerator is busy", busy > 0.8, detail)
+
+
+def _memory_runs_out(observed: "Observed") -> Check:
+    if observed.out_of_memory is not None:
+        return Check("memory is what runs out", True, f"ran out of memory ({observed.out_of_memory})")
+    return Check("memory is what runs out", False, f"did not run out ({observed.memory})")
+
+
+def memory_line(device: torch.device) -> str:
+    """The accelerator's peak allocation against its size ("peak 1.20 of 80.0 GiB"), or "CPU run"."""
+    if device.type != "cuda":
+        return "CPU run"
+    peak, total = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+    return f"peak {peak / 2**30:.2f} of {total / 2**30:.1f} GiB"

@@ -71,6 +71,12 @@ class Origin:
         """Non-finite inputs or weights at the first step: every measurement the rules read saw those values."""
         return self.step == 0 and self.what in ("inputs", "weights at initialization")
 
+    def evidence(self, steps: int, nonfinite_losses: int) -> str:
+        """The finding's evidence sentence; `steps` and `nonfinite_losses` are counted over the whole run."""
+        first = f"the training loss was first {_kind(self.loss_value)} at step {self.loss_step}"
+        count = f"{nonfinite_losses} of {steps} training losses were NaN or inf"
+        return f"{first} ({count}); non-finite first: the {self.what}: {self.detail}"
+
 
 def _kind(value: float) -> str:
     return "NaN" if math.isnan(value) else ("-inf" if value < 0 else "inf")
@@ -190,13 +196,6 @@ class NonFiniteWatch:
                 for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
                     buffer.copy_(saved)
         return outputs if torch.is_tensor(outputs) else None
-
-    def evidence(self, steps: int, nonfinite_losses: int) -> str:
-        """The finding's evidence sentence; `steps` and `nonfinite_losses` are counted over the whole run."""
-        origin = self.origin
-        first = f"the training loss was first {_kind(origin.loss_value)} at step {origin.loss_step}"
-        count = f"{nonfinite_losses} of {steps} training losses were NaN or inf"
-        return f"{first} ({count}); non-finite first: the {origin.what}: {origin.detail}"
 
 
 _ONE: dict[torch.device, torch.Tensor] = {}  # the scale of 1 the check multiplies by, per device

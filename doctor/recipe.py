@@ -29,6 +29,7 @@ train()'s for the loop's own mistakes (PARTS below).
 """
 
 import ast
+import dataclasses
 import functools
 import importlib.util
 import sys
@@ -161,7 +162,8 @@ def run(recipe: ModuleType, force_probe: bool = False, steps: int | None = None)
     report = _run(recipe, force_probe, steps)
     path = getattr(recipe, "__file__", None)
     if path:
-        report.places = places(report, path, own_loop=hasattr(recipe, "train") and not force_probe)
+        found = places(report, path, own_loop=hasattr(recipe, "train") and not force_probe)
+        report = dataclasses.replace(report, places=found)
     return report
 
 

@@ -110,6 +110,7 @@ def test_the_doctor_fits_capacity_only_with_a_model_factory():
             loss.backward()
             doctor.after_backward(loss)
             optimizer.step()
+        doctor.finish()
         return doctor.measurements()
 
     with_factory = diagnosed(model_factory=student(2))

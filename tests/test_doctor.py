@@ -227,9 +227,15 @@ def test_the_doctor_names_each_planted_fault_on_a_cnn(fault):
     else:
         assert report.verdict == fault, str(report)
     assert report.steps == STEPS
-    assert report.checklist[-1].check == "conclusion"
+    assert [c.check for c in report.checklist.checks] == [
+        "it learns",
+        "no fault named",
+        "the loader keeps up",
+        "the accelerator is busy",
+        "memory is what runs out",
+    ]
     if report.verdict != "healthy":
-        assert report.checklist[-1].detail.startswith("no: ")
+        assert report.checklist.conclusion.startswith("no: ") and not report.checklist.helps
 
 
 @pytest.mark.slow
@@ -344,14 +350,14 @@ def test_a_run_with_warnings_only_is_healthy_and_exits_0(tmp_path):
 def test_a_report_lists_its_warnings_under_the_verdict_and_counts_them():
     from analysis.rules import WARNING, Finding
     from doctor.core import Report
-    from doctor.machine import Check
+    from doctor.machine import Checklist
 
     findings = [
         Finding("healthy", "no failing finding (2 warnings)", "nothing to fix in what the checks measure", math.nan),
         Finding("unscaled_inputs", "inputs have an RMS of 7", "standardize", 1.4, WARNING),
         Finding("dead_relu", "60% of ReLU units never active", "check the init", 0.2, WARNING),
     ]
-    report = Report(findings, [Check("conclusion", True, "not needed")], 600, {}, {})
+    report = Report(tuple(findings), Checklist((), "not needed", helps=False), 600, {}, {})
     assert report.verdict == "healthy" and report.headline == "healthy, 2 warnings"
     assert [f.verdict for f in report.warnings] == ["unscaled_inputs", "dead_relu"] and report.failing == []
     text = str(report).splitlines()
@@ -364,6 +370,7 @@ def test_a_report_lists_its_warnings_under_the_verdict_and_counts_them():
 def test_each_verdict_points_at_the_recipe_lines_its_next_step_is_about(tmp_path):
     from analysis.rules import RULES, Finding
     from doctor.core import Report
+    from doctor.machine import Checklist
     from doctor.recipe import PARTS, places
 
     assert {rule.verdict for rule in RULES} <= set(PARTS)
@@ -385,7 +392,7 @@ def test_each_verdict_points_at_the_recipe_lines_its_next_step_is_about(tmp_path
     verdicts = ("bce_on_single_label", "unreachable_targets", "lr_too_low", "unscaled_inputs")
     findings = [Finding(v, "", "", 1.0) for v in verdicts]
     findings.append(Finding("no_zero_grad", "", "", 1.0))  # the loop's: this recipe has no train()
-    found = places(Report(findings, [], 1, {}, {}), recipe)
+    found = places(Report(tuple(findings), Checklist((), "", helps=False), 1, {}, {}), recipe)
     assert found == {
         "bce_on_single_label": ["recipe.py:2: loss = nn.BCEWithLogitsLoss()"],
         "unreachable_targets": ["recipe.py:5-7: return nn.Sequential(", "recipe.py:2: loss = nn.BCEWithLogitsLoss()"],
@@ -421,9 +428,45 @@ def test_three_lines_without_validation_or_factory_still_report():
         optimizer.step()
     report = doctor.report()
     assert report.steps == 10 * (len(TRAIN) // 64) and report.verdict == "healthy", str(report)
-    learns = report.checklist[0]
+    learns = report.checklist.checks[0]
     assert "not measured (no model factory given)" in learns.detail and "no validation given" in learns.detail
     assert report is doctor.report()  # asked twice, measured once
+
+
+def test_asking_for_measurements_never_ends_the_watch_finish_does_and_diagnose_is_pure():
+    import dataclasses
+
+    from doctor.core import diagnose
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    doctor = Doctor(net, optimizer, loss_fn, list(training_batches())[:8])
+    hooked = []  # whether the model carried the doctor's forward hook at each step
+    for x, y in doctor:
+        hooked.append(bool(net._forward_hooks))
+        optimizer.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+        with pytest.raises(RuntimeError, match=r"still watching this run: call doctor\.finish\(\)"):
+            doctor.measurements()  # mid-run: refused, and the watch goes on
+    assert hooked[0]  # the census of step 0 watched the model's output
+    observed = doctor.finish()
+    assert doctor.finish() is observed and observed.steps == 8  # finishing twice measures once
+    assert not net._forward_hooks and not net[1]._forward_hooks  # the hooks are off
+    assert all(not p._backward_hooks for p in net.parameters())
+    assert doctor.measurements().keys() == observed.measurements.keys()
+    thresholds = load_thresholds(8)
+    first, second = diagnose(observed, thresholds), diagnose(observed, thresholds)
+    # A value of the run and the thresholds alone (compared as JSON: NaN features are never == themselves).
+    assert json.dumps(first.to_dict()) == json.dumps(second.to_dict()) and str(first) == str(second)
+    assert str(doctor.report()) == str(first)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.findings = ()
+    assert first.to_dict()["bigger_machine"]["conclusion"] == first.checklist.conclusion
 
 
 @pytest.mark.slow
