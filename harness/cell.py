@@ -5,6 +5,9 @@
 required measurement or the time limit give `status="failed"` with the error, and a device that is not
 present gives `status="skipped"` with the reason. It sets its own seeds, threads and device, because joblib
 reuses worker processes from one cell to the next.
+
+`measure` reads top to bottom: `build_training` (the data, the model, its optimizer with the fault's change to the
+rate), `train` (the loop, observed by the instruments), `end_of_run` (the reference fit and the two probes).
 """
 
 import math
@@ -14,6 +17,8 @@ import random
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 
@@ -24,7 +29,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
-from harness.data import RelativeStall, load_splits, training_batches
+from harness.data import RelativeStall, Splits, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments, fit_capacity, memorize
 from harness.model import build_model
@@ -87,17 +92,66 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
 
     With `instrumented=False` the loop runs without instruments: the bare loop the benchmarks compare against.
     """
+    check = deadline_check(deadline, cfg.run.time_limit_s)
+    run = build_training(cfg, device)
+    instruments = NoInstruments()
+    if instrumented:
+        instruments = Instruments(run.model, run.optimizer, run.loss_fn, cfg.loop.census_every, scaler=run.scaler)
+    clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
+    stall = RelativeStall(cfg.data.batch_latency) if cfg.data.batch_latency > 0 else None
+    batches = instruments.watch(encoded_batches(cfg, run.data, stall))
+    snapshot_at = budgets(cfg.loop) if instrumented else []
+    snapshots = train(cfg.loop, run, instruments, clock, batches, stall, snapshot_at, check)
+    measurements = {**instruments.finish(), **clock.finish()}
+    if not instrumented:
+        snapshots = [final_scores(run)]
+    kept = instruments.kept_examples() if instrumented else None
+    data = run.data
+    return {
+        **measurements,
+        **snapshots[-1],
+        **end_of_run(cfg, run, kept, check),
+        "checkpoints": snapshots if instrumented else [],
+        "ln_classes": math.log(data.n_classes),
+        "n_classes": data.n_classes,
+        "n_train": len(data.y_train),
+        "n_val": len(data.y_val),
+    }
+
+
+def deadline_check(deadline: float, limit_s: float) -> Callable[[], None]:
+    """A check to call now and then: raises CellTimeout once `time.perf_counter()` is past `deadline`."""
 
     def check() -> None:
         if time.perf_counter() > deadline:
             raise CellTimeout(f"cell exceeded its time limit of {limit_s} s (run.time_limit_s)")
 
-    limit_s = cfg.run.time_limit_s
+    return check
 
+
+@dataclass
+class Training:
+    """What one cell trains, built from its config: the splits, the model, its optimizer, loss and mixed precision."""
+
+    device: torch.device
+    data: Splits  # as loaded: labels are class indices, on the CPU
+    train: tuple[torch.Tensor, torch.Tensor]  # the whole training split on the device, targets encoded for the loss
+    val: tuple[torch.Tensor, torch.Tensor]  # the validation split, likewise
+    make_model: Callable[[], nn.Module]  # a fresh model of the same recipe (the probes train one each)
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR | None
+    loss_fn: nn.Module
+    scaler: torch.amp.GradScaler  # disabled without amp: it then hands the loss and the step through unchanged
+    amp_dtype: torch.dtype
+
+
+def build_training(cfg: DictConfig, device: torch.device) -> Training:
+    """The data, model, optimizer and loss of a cell, with the fault's changes to the optimizer applied."""
     data = load_splits(cfg.dataset, cfg.data, cfg.seed)
     encoding = cfg.data.targets
-    x_val, y_val = data.x_val.to(device), encode_targets(data.y_val, data.n_classes, encoding).to(device)
-    x_train, y_train = data.x_train.to(device), encode_targets(data.y_train, data.n_classes, encoding).to(device)
+    val = data.x_val.to(device), encode_targets(data.y_val, data.n_classes, encoding).to(device)
+    train = data.x_train.to(device), encode_targets(data.y_train, data.n_classes, encoding).to(device)
     make_model = partial(build_model, cfg.model, n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
 
     torch.manual_seed(cfg.seed)
@@ -107,46 +161,67 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         group["lr"] *= cfg.loop.lr_scale  # the learning-rate faults: the optimizer's own rate off by a factor
         if cfg.loop.weight_decay_share:  # the fault "weight decay that dominates", the same shrink at any rate
             group["weight_decay"] = cfg.loop.weight_decay_share / group["lr"]
-    loss_fn = loss_function(cfg.loop.loss)
-    amp = cfg.loop.amp  # bfloat16 on the CPU needs no scaling, but the GradScaler runs the same either way
-    scaler = torch.amp.GradScaler(device.type, enabled=amp)
-    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
     factor = rate_factor(
         cfg.loop.warmup_steps, cfg.loop.lr_halflife, cfg.loop.cosine, cfg.loop.steps // cfg.loop.accumulate
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor) if factor is not None else None
-    instruments = NoInstruments()
-    if instrumented:
-        instruments = Instruments(model, optimizer, loss_fn, cfg.loop.census_every, scaler=scaler)
-    clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
-    stall = RelativeStall(cfg.data.batch_latency) if cfg.data.batch_latency > 0 else None
-    batches = instruments.watch(
-        (x, encode_targets(y, data.n_classes, encoding))
-        for x, y in training_batches(
-            data.x_train,
-            data.y_train,
-            min(cfg.data.batch_size, len(data.y_train)),
-            cfg.seed,
-            stall=stall,
-            bad_batch_every=cfg.data.bad_batch_every,
-            n_classes=data.n_classes,
-            kind=cfg.data.batches,
-            order=cfg.data.order,
-        )
+    return Training(
+        device=device,
+        data=data,
+        train=train,
+        val=val,
+        make_model=make_model,
+        model=model,
+        optimizer=optimizer,
+        schedule=torch.optim.lr_scheduler.LambdaLR(optimizer, factor) if factor is not None else None,
+        loss_fn=loss_function(cfg.loop.loss),
+        # bfloat16 on the CPU needs no scaling, but the GradScaler runs the same either way
+        scaler=torch.amp.GradScaler(device.type, enabled=cfg.loop.amp),
+        amp_dtype=torch.float16 if device.type == "cuda" else torch.bfloat16,
     )
 
+
+def encoded_batches(cfg: DictConfig, data: Splits, stall: RelativeStall | None) -> Iterator:
+    """The training batches as the loop receives them: `(inputs, targets)` on the CPU, targets encoded for the loss."""
+    encoding = cfg.data.targets  # read once: an OmegaConf access per batch would count as time waited for data
+    for x, y in training_batches(
+        data.x_train,
+        data.y_train,
+        min(cfg.data.batch_size, len(data.y_train)),
+        cfg.seed,
+        stall=stall,
+        bad_batch_every=cfg.data.bad_batch_every,
+        n_classes=data.n_classes,
+        kind=cfg.data.batches,
+        order=cfg.data.order,
+    ):
+        yield x, encode_targets(y, data.n_classes, encoding)
+
+
+def train(
+    loop_cfg: DictConfig,
+    run: Training,
+    instruments: Instruments | NoInstruments,
+    clock: DeviceClock | NoClock,
+    batches: Iterator,
+    stall: RelativeStall | None,
+    snapshot_at: list[int],
+    check: Callable[[], None],
+) -> list[dict]:
+    """The training loop: the one a practitioner writes, with the instruments' calls. Returns the snapshots.
+
+    A snapshot is taken at each step of `snapshot_at`: the measurements as if the run stopped there.
+    """
+    model, optimizer, scaler, schedule, loss_fn = run.model, run.optimizer, run.scaler, run.schedule, run.loss_fn
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
-    steps, eval_every, zero_every = cfg.loop.steps, cfg.loop.eval_every, cfg.loop.zero_grad_every
-    accumulate = cfg.loop.accumulate  # batches (backward passes) per optimizer step
-    permute_rows = cfg.loop.permute_targets
-    set_to_none, restore_train = cfg.loop.set_to_none, cfg.loop.restore_train_mode
-    clip_norm, clip_scaled = cfg.loop.clip_norm, cfg.loop.clip_before_unscale
-    validate = partial(evaluate, model, loss_fn, [(x_val, y_val)], eval_mode=cfg.loop.eval_mode)
-    snapshot_at = budgets(cfg.loop) if instrumented else []
+    steps, eval_every, zero_every = loop_cfg.steps, loop_cfg.eval_every, loop_cfg.zero_grad_every
+    accumulate = loop_cfg.accumulate  # batches (backward passes) per optimizer step
+    permute_rows, amp = loop_cfg.permute_targets, loop_cfg.amp
+    set_to_none, restore_train = loop_cfg.set_to_none, loop_cfg.restore_train_mode
+    clip_norm, clip_scaled = loop_cfg.clip_norm, loop_cfg.clip_before_unscale
+    validate = partial(evaluate, model, loss_fn, [run.val], eval_mode=loop_cfg.eval_mode)
     snapshots = []
 
-    # The training loop: the one a practitioner writes, with the instruments' two calls.
-    model.train(cfg.loop.train_mode)  # the fault "training in eval mode" is this call missing
+    model.train(loop_cfg.train_mode)  # the fault "training in eval mode" is this call missing
     instruments.log_validation(0, *validate())
     for step in range(1, steps + 1):
         clock.begin_step()
@@ -154,7 +229,7 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
         began = time.perf_counter()
         if permute_rows:  # the fault "targets changed inside the loop": after the batch was handed over
             y = permuted_rows(y, permute_rows)
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
+        with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=amp):
             loss = loss_fn(model(x), y)
         # Zeroed before the first batch of an optimizer step: the fault "forgotten zero_grad" is this line missing.
         if zero_every and (step - 1) % (zero_every * accumulate) == 0:
@@ -179,46 +254,43 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
             if not restore_train:
                 model.eval()  # the fault "left in eval mode": a validation that switches and never switches back
         if step in snapshot_at:  # the measurements as if the run stopped here (a shorter run is this prefix)
-            snapshots.append({**instruments.snapshot(), **final_scores(model, loss_fn, x_train, y_train, x_val, y_val)})
+            snapshots.append({**instruments.snapshot(), **final_scores(run)})
         check()
-    measurements = {**instruments.finish(), **clock.finish()}
-    if not instrumented:
-        snapshots = [final_scores(model, loss_fn, x_train, y_train, x_val, y_val)]
-    kept = instruments.kept_examples() if instrumented else None
+    return snapshots
+
+
+def end_of_run(cfg: DictConfig, run: Training, kept: tuple | None, check: Callable[[], None]) -> dict:
+    """The measurements after training: the reference fit on the examples the instruments kept, and two probes.
+
+    `kept`: the training examples the instruments kept (`Instruments.kept_examples`), None for a bare loop.
+    The probes train fresh models from the same factory: can one memorize a handful of training examples
+    (`memorize`), and how much of many of them can one fit in a clean loop (`fit_capacity`)?
+    """
+    data, encoding = run.data, cfg.data.targets
     reference = reference_fit(kept[0], kept[1], data.x_val, data.y_val, seed=cfg.seed) if kept else dict(NO_REFERENCE)
     n = cfg.memorize.examples
     memorized = memorize(
-        make_model,
-        data.x_train[:n].to(device),
-        encode_targets(data.y_train[:n], data.n_classes, encoding).to(device),
-        loss_fn,
+        run.make_model,
+        data.x_train[:n].to(run.device),
+        encode_targets(data.y_train[:n], data.n_classes, encoding).to(run.device),
+        run.loss_fn,
         rates=cfg.memorize.rates,
         steps=cfg.memorize.steps,
         seed=cfg.seed,
         check=check,
     )
-    n = cfg.capacity.examples  # capacity: a fresh model on many of the examples the run trained on
+    n = cfg.capacity.examples
+    x_train, y_train = run.train
     fitted = fit_capacity(
-        make_model,
+        run.make_model,
         [(x_train[:n], y_train[:n])],
-        loss_fn,
+        run.loss_fn,
         rates=cfg.capacity.rates,
         steps=cfg.capacity.steps,
         seed=cfg.seed,
         check=check,
     )
-    return {
-        **measurements,
-        **snapshots[-1],
-        **memorized,
-        **fitted,
-        **reference,
-        "checkpoints": snapshots if instrumented else [],
-        "ln_classes": math.log(data.n_classes),
-        "n_classes": data.n_classes,
-        "n_train": len(data.y_train),
-        "n_val": len(data.y_val),
-    }
+    return {**memorized, **fitted, **reference}
 
 
 def optimized_params(model: nn.Module, make_model, copies: float, device: torch.device) -> list[nn.Parameter]:
@@ -269,10 +341,10 @@ def permuted_rows(targets: torch.Tensor, share: float) -> torch.Tensor:
     return targets[order]
 
 
-def final_scores(model: nn.Module, loss_fn, x_train, y_train, x_val, y_val) -> dict:
+def final_scores(run: Training) -> dict:
     """Loss and score (accuracy; R² for targets that are not classes) on the whole training split and validation."""
-    train_loss, train_acc = evaluate(model, loss_fn, [(x_train, y_train)])
-    val_loss, val_acc = evaluate(model, loss_fn, [(x_val, y_val)])
+    train_loss, train_acc = evaluate(run.model, run.loss_fn, [run.train])
+    val_loss, val_acc = evaluate(run.model, run.loss_fn, [run.val])
     return {
         "final_train_loss": train_loss,
         "final_train_acc": train_acc,
