@@ -27,6 +27,22 @@ LOSS_NAMES = ("cross_entropy", "mse", "bce")  # the grid's loss functions (harne
 WEIGHT_INITS = ("default", "glorot_uniform")  # how the Linear layers' weights start (harness/model.py)
 
 
+class ConfigError(ValueError):
+    """Bad input found before any cell runs; each argument is one line for the user, naming what is valid.
+
+    `harness.sweep.run_cells` raises it for a records folder it cannot write and for datasets that cannot be split.
+    The command line (the grid sweeper, hydra_plugins/doctor_grid_sweeper) says each line as `error: <line>` on
+    stderr and exits with status 2: raised through Hydra, it would be a traceback and status 1.
+    """
+
+    def __init__(self, *lines: str):
+        super().__init__(*lines)
+        self.lines = lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
 def _integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -30,7 +30,7 @@ from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from harness.checks import dataset_problems, distinct_datasets
+from harness.checks import ConfigError, dataset_problems, distinct_datasets
 from harness.records import (
     QUARANTINE,
     FolderScan,
@@ -138,13 +138,6 @@ def engine(backend: str, n_jobs: int, address: str | None = None) -> Iterator[Pa
             cluster.close()
 
 
-class Refused(Exception):
-    """Bad input found before any cell runs (a folder that cannot be written, a dataset that cannot be split).
-
-    Each argument is one line for the user.
-    """
-
-
 @dataclass
 class _Sweep:
     """What a sweep has done so far: kept up to date while it runs, so that Ctrl-C still finds it."""
@@ -173,8 +166,8 @@ def run_cells(
     Returns the count of outcomes by status: ok, failed, skipped (device missing), done (not rerun),
     duplicate (a cell whose recipe another job of this sweep already has) and elsewhere (another sweep holds
     the cell's lock); "interrupted" is 1 after Ctrl-C, which ends the sweep with its summary all the same.
-    A records folder that cannot be written, or a dataset of a cell to run that cannot be split, prints one line
-    each and raises SystemExit(2) before any cell runs.
+    A records folder that cannot be written, or a dataset of a cell to run that cannot be split, raises
+    ConfigError (one line each) before any cell runs.
     """
     started = time.perf_counter()
     sweep = _Sweep()
@@ -195,10 +188,6 @@ def run_cells(
         # Leaving the `with` above has stopped the workers; the records they finished are on disk.
         sweep.counts["interrupted"] = 1
         _clear_after_interrupt(sweep.folders)
-    except Refused as refused:
-        for line in refused.args:
-            print(f"error: {line}", file=out)
-        raise SystemExit(2) from None
     _summarize(sweep, time.perf_counter() - started, out)
     return sweep.counts
 
@@ -228,12 +217,12 @@ def _run(cells: Sequence[DictConfig], parallel: Parallel, warming, out, sweep: _
     for folder in sorted(writing):
         reason = check_writable(folder)
         if reason:
-            raise Refused(f"records folder {folder} cannot be written: {reason}")
+            raise ConfigError(f"records folder {folder} cannot be written: {reason}")
     # The datasets of the cells still to run, each loaded once and checked (one class, NaN features, too few to
     # split): here rather than while composing, so that a sweep with nothing left to run loads none of them.
     problems = _dataset_problems(todo, parallel, warming)
     if problems:
-        raise Refused(*problems)
+        raise ConfigError(*problems)
     for folder in folders:
         foreign = scans[folder].foreign
         moved = quarantine(folder, list(foreign)) if folder in asked and foreign else []

@@ -20,10 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, SHORT, make_config, run_entry
+from omegaconf import OmegaConf
 
 import harness.records as record_io
 import harness.sweep as sweep_module
 from analysis.load import load_records
+from harness.checks import ConfigError
 from harness.records import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -141,10 +143,25 @@ def test_a_folder_that_cannot_be_written_stops_the_sweep_before_any_cell_runs(tm
     ran = []
     monkeypatch.setattr(sweep_module, "run_and_save", lambda cfg, recheck=False: ran.append(cfg))
     out = io.StringIO()
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(ConfigError) as refused:  # an exception for the caller, not an exit: the command line exits 2
         run_cells(grid(records), n_jobs=1, out=out)
-    assert exit_.value.code == 2 and ran == []
-    assert out.getvalue() == f"error: records folder {records} cannot be written: {blocker} is a file, not a folder\n"
+    assert ran == [] and out.getvalue() == ""
+    assert refused.value.lines == (f"records folder {records} cannot be written: {blocker} is a file, not a folder",)
+
+
+def test_datasets_that_cannot_be_split_stop_the_sweep_with_one_line_each_before_any_cell_runs(records, monkeypatch):
+    ran = []
+    monkeypatch.setattr(sweep_module, "run_and_save", lambda cfg, recheck=False: ran.append(cfg))
+    cells = grid(records)
+    for cell, loader in zip(cells, ("one_lonely_example", "nan_features"), strict=True):
+        OmegaConf.set_struct(cell, False)
+        cell.dataset = {"name": loader, "loader": {"_target_": f"bad_datasets.{loader}"}}
+    with pytest.raises(ConfigError) as refused:
+        run_cells(cells, n_jobs=1, out=io.StringIO())
+    assert ran == [] and not list(records.glob("*.parquet"))
+    lines = refused.value.lines
+    assert [line.split(":")[0] for line in lines] == ["dataset one_lonely_example", "dataset nan_features"], lines
+    assert str(refused.value) == "\n".join(lines)
 
 
 @pytest.mark.slow

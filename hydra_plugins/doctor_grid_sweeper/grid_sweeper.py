@@ -40,7 +40,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import knob_problems
+from harness.checks import ConfigError, knob_problems
 from harness.cli import choices, unknown_key_message
 
 
@@ -221,10 +221,15 @@ class GridSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from harness.sweep import run_cells
 
-        # run_cells itself exits with 2 for a records folder it cannot write, before any cell runs.
-        counts = run_cells(
-            lambda: self.compose_cells(arguments), n_jobs=self.n_jobs, backend=self.backend, address=self.address
-        )
+        try:
+            counts = run_cells(
+                lambda: self.compose_cells(arguments), n_jobs=self.n_jobs, backend=self.backend, address=self.address
+            )
+        except ConfigError as error:  # a records folder it cannot write, a dataset it cannot split
+            # Hydra would print any exception with a traceback and exit 1: bad input is one line each, and status 2.
+            for line in error.lines:
+                print(f"error: {line}", file=sys.stderr)
+            raise SystemExit(2) from None
         if counts["interrupted"]:
             raise SystemExit(130)  # Ctrl-C, as a shell reports it; the summary above says how to resume
         if counts["failed"]:
