@@ -5,8 +5,8 @@ runs that check, so a fault file, rule, feature or record column changed without
 
 - docs/faults.md: every file of conf/fault/ (the planted sizes, then the mild and extreme ones): the verdict it
   should be named by, the knobs it changes and its own comment (what is broken, which measurement should show it);
-- docs/rules.md: the ordered rules, what each reads and is normalized by, and their fitted thresholds
-  (analysis/rules.py and analysis/thresholds.json);
+- docs/rules.md: the ordered checks, what each reads and is normalized by, and their fitted thresholds
+  (analysis/checks/ and analysis/thresholds.json);
 - docs/features.md: every feature the rules (and the naive rules) read (analysis/features.py);
 - docs/records.md: every column of a record, its type and meaning (harness/records.py).
 """
@@ -89,7 +89,7 @@ def faults_page(conf: Path = CONF) -> str:
 
 def rules_page() -> str:
     """docs/rules.md: the ordered rules with their thresholds per step budget."""
-    text = _header("The rules", "analysis/rules.py and analysis/thresholds.json (`make fit`)")
+    text = _header("The rules", "analysis/checks/ (one module per family of checks) and analysis/thresholds.json")
     text += [
         "A rule of kind *on its own* names a failure whenever it fires: the loop, the recipe or the data is wrong",
         "whatever the run reached. A rule of kind *needs harm* names a failure only when the outcome gate (the last",
@@ -101,6 +101,10 @@ def rules_page() -> str:
         "The verdict is the first failing finding; without one, `unexplained_failure` when the gate is open (no check",
         "names the cause: the report lists what was ruled out) and `healthy` otherwise, with its warnings. A run of",
         "N steps is judged with the thresholds of the step budget nearest to N.",
+        "",
+        "The rows marked *first* are checks whose threshold is a fact, not fitted (a NaN loss is a NaN loss): the",
+        "doctor judges them before every fitted rule, as the fitted rules' measurements mean little on such a run.",
+        "Each check is one object in analysis/checks/ (its rule, order, recipe parts, fault types and harm test).",
         "",
         rules_table(),
     ]

@@ -33,18 +33,14 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from analysis.checks import HARM
 from analysis.rules import HEALTHY
 
-BY_DEFINITION = {
-    "wrong_mode",
-    "periodic_bad_batch",
-    "double_softmax",
-    "squashed_logits",
-    "over_clipped",
-    "unshuffled_batches",
-}
-BY_TIME = {"starved_loader": 1.5}
-BY_DEFINITION_FROM_CLASSES = {"bce_on_single_label": 3}  # harmful by definition with at least this many classes
+# Each check says how its harm is read (analysis/checks/: `harm`); these are the grid's views of that.
+BY_DEFINITION = {v for v, harm in HARM.items() if harm.kind == "definition" and harm.from_classes is None}
+BY_TIME = {v: harm.slower for v, harm in HARM.items() if harm.kind == "time"}  # the twin's loop times this
+# harmful by definition with at least this many classes
+BY_DEFINITION_FROM_CLASSES = {v: harm.from_classes for v, harm in HARM.items() if harm.from_classes is not None}
 
 
 STILL_IMPROVING = "still_improving"

@@ -1,5 +1,8 @@
 """The rules: an ordered list of readable checks over the features, each naming a verdict, and the outcome gate.
 
+Each check is one object, defined in its family's module of analysis/checks/ (its rule, order, recipe parts,
+fault types and harm test); `RULES` here is the fitted ones in order.
+
 A rule fires when one feature (analysis/features.py: every one normalized by something the run itself
 provides) crosses a named threshold. What a fired rule means depends on the kind of check it is (`needs_harm`):
 
@@ -34,6 +37,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analysis.checks import CHECKS, FITTED
+from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Finding, Rule
 from analysis.data_forecast import data_forecast
 from analysis.features import FEATURES, feature_table, features
 from analysis.forecast import MIN_STEPS, finite_losses, forecast
@@ -42,44 +47,6 @@ if TYPE_CHECKING:  # pandas is loaded where a table is judged, so judging one ru
     import pandas as pd
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
-HEALTHY = "healthy"
-UNEXPLAINED = "unexplained_failure"
-FAILING, WARNING = "failing", "warning"  # the two kinds of finding
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Fires when `feature` is above (or, with above=False, below) the threshold named after the verdict."""
-
-    verdict: str
-    feature: str
-    above: bool
-    # True: a structural oddity or a risk, failing only when the outcome gate is open (else a warning).
-    # False: wrong whatever the run reached, failing on its own evidence.
-    needs_harm: bool
-    evidence: str  # filled with the run's measurements, its features, {value} and {threshold}
-    next_step: str
-    # A value the fitted threshold never passes, where the rule's own sentence ends (model_too_small: training
-    # accuracy short of the references' means a value under 1; a fit above 1 would fire on runs that are not).
-    bound: float | None = None
-
-    def bounded(self, threshold: float) -> float:
-        """The threshold held at the rule's bound, if it has one."""
-        if self.bound is None:
-            return threshold
-        return min(threshold, self.bound) if not self.above else max(threshold, self.bound)
-
-    def fires(self, value: float, threshold: float) -> bool:
-        if math.isnan(value):
-            return False
-        return value > threshold if self.above else value < threshold
-
-    def margin(self, value: float, threshold: float) -> float:
-        """How far the value sits beyond the threshold: a factor for log-scale features, else a difference."""
-        if FEATURES[self.feature].log and value > 0 and threshold > 0:
-            ratio = value / threshold
-            return ratio if self.above else 1 / ratio
-        return value - threshold if self.above else threshold - value
 
 
 @dataclass(frozen=True)
@@ -147,327 +114,8 @@ class OutcomeGate:
 OUTCOME_GATE = OutcomeGate()
 
 
-RULES = [
-    Rule(
-        verdict="starved_loader",
-        needs_harm=False,
-        feature="data_wait_ratio",
-        above=True,
-        evidence="the loop waited {value:.2g}s for data per second of its own compute (threshold {threshold:.2g})",
-        next_step="feed the model faster: DataLoader num_workers > 0, pin_memory=True, prefetching, or cache decoded"
-        " data",
-    ),
-    Rule(
-        verdict="frozen_params",
-        needs_harm=True,
-        feature="no_grad_share",
-        above=True,
-        evidence="{value:.0%} of parameter elements never got a gradient (threshold {threshold:.0%})",
-        next_step="look for requires_grad=False, .detach() or torch.no_grad() in forward, and what the optimizer was"
-        " given",
-    ),
-    Rule(
-        verdict="params_not_updated",
-        needs_harm=True,
-        feature="unmoved_share",
-        above=True,
-        evidence="{value:.0%} of the parameter elements that got gradients were never moved by an optimizer step"
-        " (threshold {threshold:.0%}): the optimizer steps other tensors than the trained model's",
-        next_step="build the optimizer from the model you train, after the model is final (after .to(device),"
-        " wrapping or replacing layers): optimizer = Adam(model.parameters()); check that every trained module's"
-        " parameters are in optimizer.param_groups",
-    ),
-    Rule(
-        verdict="no_zero_grad",
-        needs_harm=False,
-        feature="grad_carried_share",
-        above=True,
-        evidence="after {value:.0%} of optimizer steps the next backward pass added to gradients not cleared since"
-        " the step (threshold {threshold:.0%}; backward passes per optimizer step: {backwards_per_step:.0f})",
-        next_step="call optimizer.zero_grad() after every optimizer.step() (when accumulating on purpose, after"
-        " the step that ends each group)",
-    ),
-    Rule(
-        verdict="wrong_mode",
-        needs_harm=False,
-        feature="wrong_mode_share",
-        above=True,
-        evidence="{value:.0%} of training forwards ran in eval mode, or of evaluation forwards in training mode, in a"
-        " model with dropout or BatchNorm (threshold {threshold:.0%})",
-        next_step="call model.train() before training steps and model.eval() before validation (and back again)",
-    ),
-    Rule(
-        verdict="over_clipped",
-        needs_harm=False,
-        feature="grad_kept_at_step",
-        above=False,
-        evidence="the gradients reached the optimizer at {value:.1e} of their norm after backward (median over the"
-        " steps measured; {clipped_step_share:.0%} of those steps clipped; threshold {threshold:.1e})",
-        next_step="with a GradScaler, call scaler.unscale_(optimizer) before clip_grad_norm_ (clipping the scaled"
-        " gradients cuts them to max_norm / scale); without one, raise max_norm above the usual gradient norm",
-    ),
-    Rule(
-        verdict="warmup_never_ends",
-        needs_harm=True,
-        feature="lr_peak_share",
-        above=False,
-        evidence="no optimizer step used more than {value:.1%} of the rate the optimizer was built with"
-        " ({lr_built:.2g}; threshold {threshold:.0%}): the schedule never brought the rate up",
-        next_step="check the schedule: a warmup given in steps where it counts epochs (or the reverse), or"
-        " scheduler.step() called once per epoch for a per-step schedule; log optimizer.param_groups[0]['lr']",
-    ),
-    Rule(
-        verdict="rate_decayed_early",
-        needs_harm=True,
-        feature="lr_decayed_share",
-        above=True,
-        evidence="{value:.0%} of the optimizer steps ran at under 5% of the highest rate the run had used (threshold"
-        " {threshold:.0%}; the last step's rate was {lr_last_share:.1e} of the built one): the schedule stopped the"
-        " training early",
-        next_step="check where scheduler.step() is called: a per-epoch schedule (StepLR, ExponentialLR, MultiStepLR)"
-        " stepped in the batch loop decays the rate once per batch; or give the schedule its length in optimizer"
-        " steps. Log optimizer.param_groups[0]['lr']",
-        # A schedule that ends by decaying to 0 spends its last steps there by design: a cosine over the run its
-        # last 14% (cos(pi t) < -0.9 for t > 0.856), a linear decay its last 5%. Under a fifth, the reading cannot
-        # tell a rate killed early from a schedule that ended.
-        bound=0.2,
-    ),
-    Rule(
-        verdict="weight_decay_dominates",
-        needs_harm=True,
-        feature="weight_norm_ratio",
-        above=False,
-        evidence="the weight matrices ended at {value:.2g}x their starting norm (threshold {threshold:.2g}x) while the"
-        " run fell short: each step's weight decay took away more than the gradient built",
-        next_step="lower weight_decay: rate x weight_decay is the share the weights shrink per step (AdamW's default"
-        " 0.01 at 1e-3 is 1e-5); with Adam, weight_decay is an L2 term in the gradient (use AdamW for decoupled"
-        " decay)",
-    ),
-    Rule(
-        verdict="targets_changed_in_loop",
-        needs_harm=True,
-        feature="targets_changed_share",
-        above=True,
-        evidence="{value:.0%} of the target rows the loss received differ from the rows the batch handed over"
-        " (threshold {threshold:.0%}): the targets were re-ordered or changed inside the loop, apart from their"
-        " inputs",
-        next_step="look at what the loop does to the targets between the batch and the loss: an index, sort or"
-        " shuffle applied to the targets and not to the inputs; a mix-up must mix inputs and targets with the same"
-        " pairs",
-    ),
-    Rule(
-        verdict="double_softmax",
-        needs_harm=False,
-        feature="output_prob_share",
-        above=True,
-        evidence="{value:.0%} of the output rows handed to the loss were already probabilities (threshold"
-        " {threshold:.0%})",
-        next_step="return logits from the model: cross_entropy applies log_softmax itself (or use NLLLoss on"
-        " log_softmax)",
-    ),
-    Rule(
-        verdict="squashed_logits",
-        needs_harm=False,
-        feature="logit_reach_span",
-        above=False,
-        evidence="the outputs handed to a loss that applies its own softmax ({loss_kind}) never got more than"
-        " {value:.3g} apart, even with the inputs and the output layer scaled up 1000x (threshold {threshold:.3g}):"
-        " an activation after the last layer bounds them (the model's last module: {output_layer}), so no class"
-        " can get much of the probability",
-        next_step="remove the activation after the last layer (a sigmoid or tanh): cross_entropy takes raw logits;"
-        " for yes/no per class, use BCEWithLogitsLoss on those logits instead",
-    ),
-    Rule(
-        verdict="bce_on_single_label",
-        needs_harm=False,
-        feature="single_label_bce",
-        above=True,
-        evidence="the loss ({loss_kind}) computes binary cross-entropy, a yes/no per output unit, while every target"
-        " row holds one class among {classes:.0f} (threshold {threshold:.2g}): most targets are no, and nothing"
-        " makes the outputs choose one class",
-        next_step="use cross_entropy on the logits (nn.CrossEntropyLoss, class indices or the one-hot rows) for one"
-        " class per example; keep binary cross-entropy (BCEWithLogitsLoss) for multi-label targets",
-    ),
-    Rule(
-        verdict="unscaled_inputs",
-        needs_harm=True,
-        feature="input_rms",
-        above=True,
-        evidence="inputs have an RMS of {value:.3g} (threshold {threshold:.3g}); the first loss was {first_loss:.3g}"
-        " against ln C = {ln_classes:.2f}",
-        next_step="check the input statistics: standardize features, scale pixels to [0, 1]",
-    ),
-    Rule(
-        verdict="dead_relu",
-        needs_harm=True,
-        feature="dead_at_init",
-        above=True,
-        evidence="{value:.0%} of ReLU units never active at initialization (threshold {threshold:.0%})",
-        next_step="check the initialization (biases, weight scale); consider LeakyReLU or a lower rate",
-    ),
-    Rule(
-        verdict="exploding_gradients",
-        needs_harm=True,
-        feature="activation_growth",
-        above=True,
-        evidence="at initialization the last activations were {value:.3g}x the first ones' in RMS (threshold"
-        " {threshold:.3g}x); the first loss was {first_loss:.3g} against ln C = {ln_classes:.2f}",
-        next_step="use a variance-preserving initialization (Kaiming for ReLU), add normalization layers, clip"
-        " gradients",
-    ),
-    Rule(
-        verdict="vanishing_gradients",
-        needs_harm=True,
-        feature="grad_depth_ratio",
-        above=False,
-        evidence="at initialization the first layer's gradient was {value:.2g}x the last layer's (threshold"
-        " {threshold:.2g}x)",
-        next_step="use ReLU-family activations, residual connections or normalization; check the initialization",
-    ),
-    Rule(
-        verdict="saturated_activations",
-        needs_harm=True,
-        feature="saturated_at_init",
-        above=True,
-        evidence="{value:.0%} of tanh/sigmoid outputs within 1% of their bounds at initialization (threshold"
-        " {threshold:.0%})",
-        next_step="scale the initial weights down (Xavier/Glorot for tanh), standardize inputs, or use a"
-        " non-saturating activation",
-    ),
-    Rule(
-        verdict="unshuffled_batches",
-        needs_harm=False,
-        feature="batch_label_mix",
-        above=False,
-        evidence="the batches held few of the classes: their labels' entropy was {value:.0%} of a shuffled batch's of"
-        " the same size from the same labels (threshold {threshold:.0%})",
-        next_step="shuffle the training examples every epoch (DataLoader(..., shuffle=True)): data sorted by class and"
-        " fed in order trains on one class at a time and forgets the others",
-    ),
-    Rule(
-        verdict="class_imbalance",
-        needs_harm=False,
-        feature="prior_shift",
-        above=True,
-        evidence="the class most under-represented in training is {value:.1f}x as frequent in validation (threshold"
-        " {threshold:.1f}x)",
-        next_step="reweight the loss (weight= in cross_entropy), resample the classes, and report per-class accuracy",
-    ),
-    Rule(
-        verdict="periodic_bad_batch",
-        needs_harm=False,
-        feature="periodic_spike_share",
-        above=True,
-        evidence="{periodic_spikes_seen:.0f} loss spikes {loss_spike_period:.0f} steps apart, {value:.0%} of the"
-        " batches that period puts in the run (threshold {threshold:.0%}); spikes at steps {loss_spike_steps}",
-        next_step="inspect the batches at the logged steps (modulo the period): a corrupt shard, file or augmentation",
-    ),
-    Rule(
-        verdict="lr_too_high",
-        needs_harm=True,
-        feature="steps_without_progress",
-        above=True,
-        evidence="the largest steps moved the weights by {update_ratio_peak:.1e} of their size while the loss ended at"
-        " {loss_left:.0%} of its first value: {value:.1e} (threshold {threshold:.1e})",
-        next_step="lower the learning rate 10x (or add warm-up)",
-    ),
-    Rule(
-        verdict="constant_output",
-        needs_harm=False,
-        feature="output_spread",
-        above=False,
-        evidence="the model gives every input the same output: its spread across a batch is {value:.2g} of its"
-        " size (threshold {threshold:.2g}); the model's last module is {output_layer}",
-        next_step="look at the model's last layer: a softmax over one unit is always 1 and a ReLU on the output dies"
-        " at 0; end a classifier in logits (one unit with a sigmoid for two classes), a regression in a linear"
-        " layer",
-    ),
-    Rule(
-        verdict="unreachable_targets",
-        needs_harm=False,
-        feature="target_reach_gap",
-        above=True,
-        evidence="{value:.0%} of the targets lie outside what the output can produce (after the loss's own softmax or"
-        " sigmoid, where it applies one), even with the inputs scaled 1000x (threshold {threshold:.0%}); the"
-        " model's last module is {output_layer}; the loss: {loss_kind}",
-        next_step="match the output activation and the loss to the targets: no activation and mean squared error for"
-        " regression, a sigmoid (BCEWithLogitsLoss) for 0/1 or multi-label targets, a softmax (cross_entropy) only for"
-        " one class per example; or rescale the targets into the output's range",
-    ),
-    Rule(
-        verdict="lr_too_low",
-        needs_harm=True,
-        feature="update_ratio_peak",
-        above=False,
-        evidence="the largest steps moved the weights by {value:.1e} of their size (threshold {threshold:.1e})",
-        next_step="raise the learning rate 10x and watch the loss",
-    ),
-    Rule(
-        verdict="still_improving",
-        needs_harm=True,
-        feature="forecast_gain",
-        above=True,
-        evidence="the loss was still falling when the run stopped: a learning curve fitted to it forecasts another"
-        " {value:.0%} of its fall so far by 4x the steps (threshold {threshold:.0%}); {forecast_line}",
-        next_step="train longer (more epochs) and watch the validation loss; if that takes too long, raise the"
-        " learning rate",
-        # The gain is a share of what the run has already gained; under a tenth of it the curve has mostly
-        # flattened, and a fit that reaches lower (at 50 steps it would fire on every run) says nothing. The rule
-        # needs harm: a run that reached the references gains little that matters from going on.
-        bound=0.1,
-    ),
-    Rule(
-        verdict="shuffled_labels",
-        needs_harm=False,
-        feature="learnable_skill",
-        above=False,
-        evidence="neither the model (validation {metric_name} {val_score}) nor a quick reference on the same"
-        " examples ({reference_score}) beats always answering the most frequent label ({baseline_score}) by"
-        " more than {value:.0%} of the room above it (threshold {threshold:.0%})",
-        next_step="check the labels: joins, sorting, shuffling or slicing applied to features and labels separately",
-    ),
-    Rule(
-        verdict="label_noise",
-        needs_harm=False,
-        feature="label_noise_z",
-        above=True,
-        evidence="quick references on the same examples disagree with the training labels more than with validation:"
-        " 5 nearest neighbours outvote {loo_error:.0%} of the training labels against {knn_val_error:.0%} of the"
-        " validation ones, a ridge classifier misses {ridge_train_error:.0%} against {ridge_val_error:.0%}; {value:.1f}"
-        " standard errors (threshold {threshold:.1f})",
-        next_step="audit a sample of the training examples the model contradicts: their labels are likely wrong",
-    ),
-    Rule(
-        # The gap alone decides; the data learning curve is evidence for the next step. Read with the forecast gain
-        # (`python -m analysis data-curve runs/zoo`), the rule raised false alarms on the zoo's small problems more
-        # than it named planted overfitting: a problem small by nature has a rising curve too.
-        verdict="overfitting",
-        needs_harm=True,
-        feature="train_val_gap",
-        above=True,
-        evidence="training {metric_name} {train_score} against validation {val_score}: a gap of {value:.2f}"
-        " (threshold {threshold:.2f}); would more data help? {data_line}",
-        next_step="get more data or augment it (check that no filter or slice dropped part of it), regularize"
-        " (weight decay, dropout), or stop earlier",
-    ),
-    Rule(
-        # Capacity evidence, not "fails, cause unknown": neither the run nor a fresh copy trained in a clean loop
-        # fits the data, so no change to the run's loop would make this model fit it. Without a model factory
-        # (the doctor's model_factory=) the fit is not measured and a run that fell short is unexplained_failure.
-        verdict="model_too_small",
-        needs_harm=True,
-        feature="capacity_fit",
-        above=False,
-        evidence="the model fits only {value:.0%} as much of its training examples as quick references do, above"
-        " the best constant answer (threshold {threshold:.0%}): a fresh copy trained in a clean loop (Adam at"
-        " {capacity_rate:.0e}, full batch) on {capacity_examples:.0f} of them reaches {metric_name}"
-        " {capacity_score:.2f}, the run itself {train_score}; the model cannot represent the data, however it is"
-        " trained; a quick reference's {metric_name} on held-out examples {reference_score}",
-        next_step="give the model more capacity (wider or deeper layers) and check it can fit the training set",
-        # "Cannot fit" is fitting less than the references; a threshold above 1 would fire on models that fit more.
-        bound=1.0,
-    ),
-]
+# The fitted checks, in order (analysis/checks/: one module per family of checks, one object per check).
+RULES: list[Rule] = FITTED
 VERDICTS = {rule.verdict: rule for rule in RULES}
 
 _NEXT = {verdict: rule.next_step for verdict, rule in VERDICTS.items()}
@@ -570,17 +218,6 @@ def nearest_budget(steps: int, budgets: list[int]) -> int:
 def fitted_budgets(path: str | Path = THRESHOLDS_FILE) -> list[int]:
     """The step budgets the thresholds file has thresholds for."""
     return sorted(int(b) for b in json.loads(Path(path).read_text())["budgets"])
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One rule that fired on one run (or the verdict when none is failing: healthy, unexplained_failure)."""
-
-    verdict: str
-    evidence: str
-    next_step: str
-    margin: float  # how far the deciding measurement sits beyond its threshold
-    kind: str = FAILING  # FAILING: the run's verdict can rest on it; WARNING: an oddity the run did not pay for
 
 
 UNEXPLAINED_NEXT = (
@@ -789,6 +426,20 @@ def rules_table(thresholds_path: str | Path = THRESHOLDS_FILE) -> str:
     by_budget = {b: load_thresholds(b, thresholds_path) for b in budgets}
     header = ["order", "verdict", "kind", "fires when", "normalized by", *(f"at {b} steps" for b in budgets)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for check in CHECKS:
+        if check.fitted:
+            continue
+        # A fact, not a fit: judged before every fitted rule, on a record column (analysis/checks/numerics.py).
+        sign = ">" if check.above else "<"
+        cells = [
+            "first",
+            f"`{check.verdict}`",
+            "on its own",
+            f"`{check.feature}` (a record column) {sign} threshold",
+            "nothing: the threshold is a fact, not fitted",
+            *(f"{check.fact:.3g}" for _ in budgets),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     for order, rule in enumerate(RULES, 1):
         feature = FEATURES[rule.feature]
         sign = ">" if rule.above else "<"

@@ -56,6 +56,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
+from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
@@ -390,28 +391,10 @@ def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list
             READS_TRAINED_ACCURACY
         )
         return [first, *(f for f in fitted if f.verdict not in READS_TRAINED_ACCURACY)], note
-    if measured["amp_skipped_share"] > SKIPPED_MOST:
-        return [_skipped_steps(measured), *fitted], None
+    skipped = AMP_STEPS_SKIPPED.judge_fact(measured)
+    if skipped is not None:
+        return [skipped, *fitted], None
     return findings, None
-
-
-SKIPPED = "amp_steps_skipped"
-SKIPPED_MOST = 0.5  # by definition, not fitted: a run whose GradScaler skipped most steps barely trained
-
-
-def _skipped_steps(measured: Mapping) -> Finding:
-    """The GradScaler skipped most optimizer steps: gradients inf or NaN while the loss stayed finite.
-
-    A scaler halves its scale at each skipped step and grows it again only after 2000 clean ones, so a scale
-    collapsing toward zero is the same finding. Without a scaler the same gradients would make the weights NaN
-    (nonfinite_loss); with one the run goes on quietly, learning nothing.
-    """
-    evidence = (
-        f"the GradScaler skipped {measured['amp_skipped_share']:.0%} of optimizer steps because their gradients held"
-        f" inf or NaN, though the loss was finite; its scale fell to {measured['amp_scale_min']:.2g} (it starts at"
-        " 65536 and halves at each skipped step)"
-    )
-    return Finding(SKIPPED, evidence, f"look at {NEXT_STEPS['gradients']}", math.nan)
 
 
 def _no_hidden_scaler(kept_at_step: list[float]) -> None:

@@ -36,50 +36,15 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from analysis import checks
 from doctor.core import CannotJudge, Doctor, Report, probe
 
 REQUIRED = ("model", "batches", "loss", "optimizer")
 
-# Which of the recipe's names each verdict's next step is about: the report points at their lines ("where:").
-# The loop's own mistakes live in train(); a recipe without one has no loop of its own to point at.
-PARTS: dict[str, tuple[str, ...]] = {
-    "starved_loader": ("batches",),
-    "frozen_params": ("model", "optimizer"),  # requires_grad=False in the model, or parameters left out
-    "params_not_updated": ("model", "optimizer"),  # the optimizer built before the model was final
-    "no_zero_grad": ("train",),
-    "wrong_mode": ("train",),
-    "over_clipped": ("train",),
-    "warmup_never_ends": ("train",),  # the scheduler is built and stepped in the loop
-    "rate_decayed_early": ("train",),  # scheduler.step() is called in the loop
-    "weight_decay_dominates": ("optimizer",),
-    "targets_changed_in_loop": ("train",),  # what the loop does to the targets before the loss
-    "amp_steps_skipped": ("train",),
-    "double_softmax": ("model",),
-    "squashed_logits": ("model",),
-    "bce_on_single_label": ("loss",),
-    "unscaled_inputs": ("batches",),
-    "dead_relu": ("model",),
-    "exploding_gradients": ("model",),
-    "vanishing_gradients": ("model",),
-    "saturated_activations": ("model",),
-    "unshuffled_batches": ("batches",),
-    "class_imbalance": ("batches",),
-    "periodic_bad_batch": ("batches",),
-    "lr_too_high": ("optimizer",),
-    "constant_output": ("model",),
-    "unreachable_targets": ("model", "loss"),
-    "lr_too_low": ("optimizer",),
-    "still_improving": ("train", "STEPS"),  # epochs are counted in the loop (or the probe's STEPS)
-    "shuffled_labels": ("batches",),
-    "label_noise": ("batches",),
-    "overfitting": ("batches", "model"),
-    "model_too_small": ("model",),
-    "nonfinite_loss": (),  # where the NaN came from is in its evidence: weights, inputs, outputs or the loss
-    # No check names the cause: the next step (overfit one batch, compare with a reference) is about the loop, what
-    # it hands the loss, and what the optimizer was given.
-    "unexplained_failure": ("train", "loss", "optimizer"),
-    "healthy": (),
-}
+# Which of the recipe's names each verdict's next step is about (each check's `parts`, analysis/checks/): the
+# report points at their lines ("where:"). The loop's own mistakes live in train(); a recipe without one has no
+# loop of its own to point at.
+PARTS = checks.PARTS
 
 
 class RecipeError(CannotJudge):

@@ -41,6 +41,7 @@ import re
 import sys
 from pathlib import Path
 
+from analysis.checks import FAULT_TYPES_NAMED
 from benchmarks import runner
 from benchmarks.runner import counted, majority
 
@@ -60,46 +61,10 @@ TOOL_NAMES = {
 }
 
 # Which of DeepFD's fault types (subjects.csv, deepfd_labels) each verdict names: the part of the program its
-# next step tells the user to change. Verdicts about the loop or the machine name none of them (Keras writes
-# the loop itself: no forgotten zero_grad, no train/eval switch, no data loader in these programs).
-VERDICT_TYPES: dict[str, tuple[str, ...]] = {
-    "lr_too_high": ("lr",),
-    "lr_too_low": ("lr",),
-    "warmup_never_ends": ("lr",),  # a schedule is the learning rate's
-    "rate_decayed_early": ("lr",),
-    "weight_decay_dominates": ("opt",),  # DeepFD's type for the optimizer and its settings other than the rate
-    "still_improving": ("epoch",),
-    "constant_output": ("act",),  # the last layer's activation (a softmax over one unit, a dead ReLU output)
-    # The output's activation, or the one the loss applies itself (cross-entropy's softmax), cannot produce the
-    # targets: either the last layer or the loss is what to change.
-    "unreachable_targets": ("act", "loss"),
-    "double_softmax": ("act",),  # a softmax layer in front of a loss that applies its own
-    "squashed_logits": ("act",),  # a sigmoid or tanh on the outputs a softmax loss takes as logits
-    "bce_on_single_label": ("loss",),  # binary cross-entropy where one class per example needs cross-entropy
-    "unscaled_inputs": ("missing_prep",),
-    "dead_relu": ("act", "init"),
-    "saturated_activations": ("act", "init"),
-    "vanishing_gradients": ("act", "init"),
-    "exploding_gradients": ("init",),
-    "model_too_small": ("layers", "layer_props"),
-    "frozen_params": ("layer_props",),  # trainable=False is a layer's property
-    "overfitting": ("training_data_quality",),
-    "label_noise": ("training_data_quality",),
-    "shuffled_labels": ("training_data_quality",),
-    "class_imbalance": ("training_data_quality",),
-    "unshuffled_batches": ("training_data_quality",),  # the order the data is fed in
-    "periodic_bad_batch": ("training_data_quality",),
-    "amp_steps_skipped": (),  # mixed precision is the loop's (Keras writes it)
-    "nonfinite_loss": (),  # where the NaN came from is in its evidence, not one fault type
-    "no_zero_grad": (),
-    "params_not_updated": (),  # the loop's optimizer and model (Keras builds both together)
-    "targets_changed_in_loop": (),  # the loop hands the targets to the loss (Keras does)
-    "over_clipped": (),  # clipping and loss scaling are the loop's (Keras writes it)
-    "wrong_mode": (),
-    "starved_loader": (),
-    "unexplained_failure": (),  # the run fails and no check names why: no fault type named
-    "healthy": (),
-}
+# next step tells the user to change (each check's `fault_types`, analysis/checks/). Verdicts about the loop or the
+# machine name none of them (Keras writes the loop itself: no forgotten zero_grad, no train/eval switch, no data
+# loader in these programs).
+VERDICT_TYPES = FAULT_TYPES_NAMED
 
 
 # Buggy programs that train well in PyTorch, as DeepFD's sheet and the independent audit (dlfaults/HowRealAreThey)

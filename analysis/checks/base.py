@@ -1,0 +1,163 @@
+"""What one check is: a rule over one feature, and everything else the project says about that check.
+
+A `Rule` fires when one feature (analysis/features.py) crosses the threshold named after its verdict. A `Check`
+is a rule together with what the rest of the project needs to know of it, so that it lives in one place:
+
+- its order among the checks (the first failing finding is the verdict, so order is a decision of the check's);
+- `parts`: which of a recipe file's names its next step is about (the doctor's "where:" lines, doctor/recipe.py);
+- `fault_types`: which of DeepFD's fault types its verdict names (the real-bug benchmark, benchmarks/realbugs);
+- `harm`: how the grid tells whether its planted fault measurably hurt (analysis/harm.py);
+- `fact`: for the few checks whose threshold is a fact and not fitted (a NaN loss is a NaN loss), that
+  threshold; such a check reads a record column, not a feature, and is judged ahead of the fitted rules.
+
+Each is validated when the check is built: an unknown feature, column, recipe part or harm kind raises at import,
+naming the known ones, instead of a rule silently reading NaN.
+"""
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from analysis.features import FEATURES
+from harness.columns import NAMES as COLUMNS
+
+HEALTHY = "healthy"  # the verdict when no finding fails and the outcome shows no harm
+UNEXPLAINED = "unexplained_failure"  # the verdict when the outcome shows harm and no check names why
+
+FAILING, WARNING = "failing", "warning"  # the two kinds of finding
+
+# The names a recipe file may define that a next step can be about (doctor/recipe.py reads their lines).
+RECIPE_PARTS = ("model", "batches", "loss", "optimizer", "train", "STEPS", "validation")
+# DeepFD's fault types (benchmarks/realbugs/subjects.csv, deepfd_labels).
+FAULT_TYPES = (
+    "lr",
+    "opt",
+    "epoch",
+    "act",
+    "loss",
+    "init",
+    "missing_prep",
+    "layers",
+    "layer_props",
+    "training_data_quality",
+)
+
+
+def _unknown(what: str, name: str, known) -> ValueError:
+    """An error naming the unknown `name` and the nearest known ones (all of them where there are few)."""
+    known = sorted(known)
+    near = difflib.get_close_matches(name, known, n=5) if len(known) > 12 else known
+    return ValueError(f"unknown {what} {name!r}; {'nearest' if len(known) > 12 else 'known'}: {', '.join(near)}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Fires when `feature` is above (or, with above=False, below) the threshold named after the verdict."""
+
+    verdict: str
+    feature: str
+    above: bool
+    # True: a structural oddity or a risk, failing only when the outcome gate is open (else a warning).
+    # False: wrong whatever the run reached, failing on its own evidence.
+    needs_harm: bool
+    evidence: str  # filled with the run's measurements, its features, {value} and {threshold}
+    next_step: str
+    # A value the fitted threshold never passes, where the rule's own sentence ends (model_too_small: training
+    # accuracy short of the references' means a value under 1; a fit above 1 would fire on runs that are not).
+    bound: float | None = None
+
+    def bounded(self, threshold: float) -> float:
+        """The threshold held at the rule's bound, if it has one."""
+        if self.bound is None:
+            return threshold
+        return min(threshold, self.bound) if not self.above else max(threshold, self.bound)
+
+    def fires(self, value: float, threshold: float) -> bool:
+        if math.isnan(value):
+            return False
+        return value > threshold if self.above else value < threshold
+
+    def margin(self, value: float, threshold: float) -> float:
+        """How far the value sits beyond the threshold: a factor for log-scale features, else a difference."""
+        if FEATURES[self.feature].log and value > 0 and threshold > 0:
+            ratio = value / threshold
+            return ratio if self.above else 1 / ratio
+        return value - threshold if self.above else threshold - value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule that fired on one run (or the verdict when none is failing: healthy, unexplained_failure)."""
+
+    verdict: str
+    evidence: str
+    next_step: str
+    margin: float  # how far the deciding measurement sits beyond its threshold
+    kind: str = FAILING  # FAILING: the run's verdict can rest on it; WARNING: an oddity the run did not pay for
+
+
+@dataclass(frozen=True)
+class Harm:
+    """How the grid tells whether a planted fault measurably hurt, against its healthy twin (analysis/harm.py).
+
+    `accuracy`: validation accuracy measurably below the twin's. `definition`: the loop is wrong whatever the
+    accuracy says, harmful in every cell; with `from_classes`, only where the problem has at least that many
+    classes (on accuracy below). `time`: the training loop at least `slower` times as long as the twin's.
+    """
+
+    kind: str = "accuracy"
+    slower: float | None = None
+    from_classes: int | None = None
+
+    KINDS = ("accuracy", "definition", "time")
+
+    def __post_init__(self):
+        if self.kind not in self.KINDS:
+            raise _unknown("harm kind", self.kind, self.KINDS)
+        if (self.kind == "time") != (self.slower is not None):
+            raise ValueError("a harm read on time, and only that, gives `slower`: how many times the twin's loop")
+        if self.from_classes is not None and self.kind != "definition":
+            raise ValueError("`from_classes` qualifies a harm by definition")
+
+
+ON_ACCURACY = Harm()
+BY_DEFINITION = Harm("definition")
+
+
+@dataclass(frozen=True)
+class Check(Rule):
+    """One check: its rule, and its order, recipe parts, real-bug fault types, harm test and (rarely) fact."""
+
+    order: int = 0  # the checks are judged in increasing order; the first failing one is the verdict
+    parts: tuple[str, ...] = ()
+    fault_types: tuple[str, ...] = ()
+    harm: Harm = field(default=ON_ACCURACY)
+    fact: float | None = None  # a threshold that is a fact, not fitted; `feature` then names a record column
+
+    def __post_init__(self):
+        if self.fitted and self.feature not in FEATURES:
+            raise _unknown(f"feature for check {self.verdict}:", self.feature, FEATURES)
+        if not self.fitted and self.feature not in COLUMNS:
+            raise _unknown(f"record column for check {self.verdict}:", self.feature, COLUMNS)
+        for part in self.parts:
+            if part not in RECIPE_PARTS:
+                raise _unknown(f"recipe part for check {self.verdict}:", part, RECIPE_PARTS)
+        for kind in self.fault_types:
+            if kind not in FAULT_TYPES:
+                raise _unknown(f"fault type for check {self.verdict}:", kind, FAULT_TYPES)
+
+    @property
+    def fitted(self) -> bool:
+        """Whether `make fit` fits the threshold (else it is `fact`)."""
+        return self.fact is None
+
+    def judge_fact(self, measured: Mapping) -> Finding | None:
+        """An unfitted check on one run's measurements (keyed like a record): its finding where it fires."""
+        if self.fitted:
+            raise ValueError(f"{self.verdict} has a fitted threshold: analysis.rules.diagnose judges it")
+        value = measured.get(self.feature)
+        if value is None or not self.fires(float(value), self.fact):
+            return None
+        evidence = self.evidence.format(**measured, value=value, threshold=self.fact)
+        return Finding(self.verdict, evidence, self.next_step, math.nan)

@@ -1,0 +1,98 @@
+"""The checks as objects (analysis/checks/): validated when built, collected from their family modules.
+
+The tables the project used to keep by hand (the rules, the recipe parts, the real-bug fault types, the harm
+test) are derived from them.
+"""
+
+import math
+
+import pytest
+
+from analysis import checks
+from analysis.checks.base import BY_DEFINITION, Check, Harm
+from analysis.checks.numerics import AMP_STEPS_SKIPPED, NONFINITE_LOSS
+from analysis.rules import RULES, VERDICTS
+
+A_CHECK = {
+    "verdict": "a_check",
+    "feature": "no_grad_share",
+    "above": True,
+    "needs_harm": False,
+    "evidence": "{value:.0%} (threshold {threshold:.0%})",
+    "next_step": "fix it",
+    "order": 5,
+}
+
+
+def test_a_check_with_an_unknown_feature_raises_at_import_naming_the_nearest():
+    with pytest.raises(ValueError, match=r"unknown feature for check a_check: 'no_grad_shar'; nearest: no_grad_share"):
+        Check(**{**A_CHECK, "feature": "no_grad_shar"})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"parts": ("modle",)}, r"unknown recipe part for check a_check: 'modle'; known: .*model"),
+        ({"fault_types": ("learning_rate",)}, r"unknown fault type for check a_check: 'learning_rate'; known: .*lr"),
+        ({"fact": 0.5}, r"unknown record column for check a_check: 'no_grad_share'"),
+    ],
+)
+def test_every_part_of_a_check_is_validated_when_it_is_built(change, message):
+    with pytest.raises(ValueError, match=message):
+        Check(**{**A_CHECK, **change})
+    with pytest.raises(ValueError, match=r"unknown harm kind 'twin'; known: accuracy, definition, time"):
+        Harm("twin")
+    with pytest.raises(ValueError, match=r"a harm read on time, and only that, gives `slower`"):
+        Harm("time")
+
+
+def test_the_fitted_rules_are_the_fitted_checks_in_order_and_orders_are_distinct():
+    assert [c for c in checks.CHECKS if c.fitted] == RULES
+    assert [c.order for c in checks.CHECKS] == sorted({c.order for c in checks.CHECKS})
+    assert {c.verdict for c in checks.CHECKS if not c.fitted} == {"nonfinite_loss", "amp_steps_skipped"}
+    assert set(VERDICTS) == {c.verdict for c in RULES}
+
+
+def test_the_tables_are_derived_from_the_checks():
+    from analysis.harm import BY_DEFINITION as HARMFUL_BY_DEFINITION
+    from analysis.harm import BY_DEFINITION_FROM_CLASSES, BY_TIME
+    from benchmarks.realbugs.__main__ import VERDICT_TYPES
+    from doctor.recipe import PARTS
+
+    for check in checks.CHECKS:
+        assert PARTS[check.verdict] == check.parts and VERDICT_TYPES[check.verdict] == check.fault_types
+        assert (check.verdict in HARMFUL_BY_DEFINITION) == (check.harm == BY_DEFINITION)
+        assert BY_TIME.get(check.verdict) == check.harm.slower
+        assert BY_DEFINITION_FROM_CLASSES.get(check.verdict) == check.harm.from_classes
+    assert PARTS["unexplained_failure"] == ("train", "loss", "optimizer") and VERDICT_TYPES["healthy"] == ()
+
+
+def test_a_check_whose_threshold_is_a_fact_is_judged_on_the_record_column():
+    said = AMP_STEPS_SKIPPED.judge_fact({"amp_skipped_share": 0.75, "amp_scale_min": 1e-30})
+    assert said.verdict == "amp_steps_skipped" and math.isnan(said.margin)
+    assert said.evidence.startswith("the GradScaler skipped 75% of optimizer steps") and "1e-30" in said.evidence
+    assert AMP_STEPS_SKIPPED.judge_fact({"amp_skipped_share": 0.5, "amp_scale_min": 1.0}) is None  # most: over half
+    assert AMP_STEPS_SKIPPED.judge_fact({"amp_skipped_share": math.nan}) is None  # no scaler: not measured
+    with pytest.raises(ValueError, match="has a fitted threshold"):
+        RULES[0].judge_fact({})
+    assert NONFINITE_LOSS.fact == 0 and NONFINITE_LOSS.order < AMP_STEPS_SKIPPED.order < RULES[0].order
+
+
+def test_a_new_family_module_is_collected_and_a_clash_of_order_is_refused(tmp_path, monkeypatch):
+    package = tmp_path / "throwaway_checks"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "extra.py").write_text(
+        "from analysis.checks.base import Check\n"
+        f"EXTRA = Check(**{dict(A_CHECK, verdict='extra_check', order=15)!r})\n"
+        "CHECKS = (EXTRA,)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = checks.collect([str(package)], "throwaway_checks")
+    assert [c.verdict for c in found] == ["extra_check"]
+    (package / "clash.py").write_text(
+        "from analysis.checks.base import Check\n"
+        f"CHECKS = (Check(**{dict(A_CHECK, verdict='clashing_check', order=15)!r}),)\n"
+    )
+    with pytest.raises(ValueError, match=r"checks \w+ and \w+ share 15: each needs its own"):
+        checks.collect([str(package)], "throwaway_checks")
