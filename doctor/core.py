@@ -240,6 +240,10 @@ class Doctor:
         return dict(self._observed.measurements)
 
     def _measurements(self) -> dict:
+        """Every column: the instruments', then what is measured once the run is over.
+
+        That is the final losses and scores, memorization, the capacity fit and the quick references.
+        """
         if self.n_classes is None:
             raise CannotJudge("the doctor saw no batch: wrap the loop's batches with the doctor (doctor.watch(loader))")
         if self.instruments.step < 0:
@@ -251,56 +255,14 @@ class Doctor:
             _no_hidden_scaler(self.instruments.kept_at_step)
         train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
         val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan, math.nan)
-        memorized = {
-            "memorize_rates": [],
-            "memorize_losses": [],
-            "memorize_best_loss": math.nan,
-            "memorize_best_rate": math.nan,
-        }
         # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
         # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
         not_rows = _not_example_rows(self.recent)
-        if not_rows and self.model_factory is not None:
-            self.unmemorized = not_rows
-        if self.model_factory is not None and self.instruments.probe is not None and not not_rows:
-            x, y = _first_examples(self.recent, 16)
-            finite = torch.ones(len(y), dtype=torch.bool)  # NaN or inf examples cannot be fitted: leave them out
-            for values in floats(x):
-                finite &= torch.isfinite(values.reshape(len(values), -1)).all(dim=1).cpu()
-            x = _take(x, finite)
-            y = y[finite.to(y.device)]
-            device = next(self.model.parameters()).device
-            x, y = to_device(x, device), y.to(device)
-            self.memorized_on = len(y)
-            if len(y):
-                memorized = memorize(
-                    self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps, forward=self.layout.forward
-                )
-            else:
-                self.unmemorized = "every example it would fit holds NaN or inf"
-        capacity = dict(NO_CAPACITY)
-        pairs = _finite_pairs(self.recent, self.capacity_examples) if not not_rows else []
-        if pairs:
-            device = next(self.model.parameters()).device
-            capacity = fit_capacity(
-                self.model_factory,
-                [(to_device(x, device), y.to(device)) for x, y in pairs],
-                self.loss_fn,
-                steps=self.capacity_steps,
-                forward=self.layout.forward,
-            )
-        kept = self.instruments.kept_examples()
-        held = (
-            _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
-            if self.validation is not None
-            else None
-        )
-        reference = reference_fit(*kept, *(held or (None, None))) if kept is not None else dict(REFERENCE_EMPTY)
         return {
             **measured,
-            **memorized,
-            **capacity,
-            **reference,
+            **self._memorized(not_rows),
+            **self._capacity(not_rows),
+            **self._references(),
             "n_classes": self.n_classes,
             "ln_classes": self.uninformed_loss,
             "final_train_loss": train_loss,
@@ -308,6 +270,58 @@ class Doctor:
             "final_val_loss": val_loss,
             "final_val_acc": val_acc,
         }
+
+    def _memorized(self, not_rows: str) -> dict:
+        """Memorization: a fresh model from the factory fitted to the first 16 finite examples (the columns)."""
+        memorized = {
+            "memorize_rates": [],
+            "memorize_losses": [],
+            "memorize_best_loss": math.nan,
+            "memorize_best_rate": math.nan,
+        }
+        if not_rows and self.model_factory is not None:
+            self.unmemorized = not_rows
+        if self.model_factory is None or self.instruments.probe is None or not_rows:
+            return memorized
+        x, y = _first_examples(self.recent, 16)
+        finite = torch.ones(len(y), dtype=torch.bool)  # NaN or inf examples cannot be fitted: leave them out
+        for values in floats(x):
+            finite &= torch.isfinite(values.reshape(len(values), -1)).all(dim=1).cpu()
+        x = _take(x, finite)
+        y = y[finite.to(y.device)]
+        device = next(self.model.parameters()).device
+        x, y = to_device(x, device), y.to(device)
+        self.memorized_on = len(y)
+        if not len(y):
+            self.unmemorized = "every example it would fit holds NaN or inf"
+            return memorized
+        return memorize(self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps, forward=self.layout.forward)
+
+    def _capacity(self, not_rows: str) -> dict:
+        """The capacity fit: a fresh model trained in a clean loop on the kept finite examples (the columns)."""
+        pairs = _finite_pairs(self.recent, self.capacity_examples) if not not_rows else []
+        if not pairs:
+            return dict(NO_CAPACITY)
+        device = next(self.model.parameters()).device
+        return fit_capacity(
+            self.model_factory,
+            [(to_device(x, device), y.to(device)) for x, y in pairs],
+            self.loss_fn,
+            steps=self.capacity_steps,
+            forward=self.layout.forward,
+        )
+
+    def _references(self) -> dict:
+        """The quick references fitted on the examples the instruments kept, scored on the validation examples."""
+        kept = self.instruments.kept_examples()
+        if kept is None:
+            return dict(REFERENCE_EMPTY)
+        held = (
+            _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
+            if self.validation is not None
+            else None
+        )
+        return reference_fit(*kept, *(held or (None, None)))
 
     def report(self, thresholds: dict[str, float] | None = None) -> "Report":
         """finish() the watch and diagnose() the run: the verdict, the findings, and the bigger-machine check.

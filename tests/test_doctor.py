@@ -89,6 +89,17 @@ def validation(scale=1.0):
     return [(images * scale, labels)]
 
 
+def rate_schedule(optimizer, knobs: dict, steps: int):
+    """The learning-rate schedule a fault's knobs ask for (a warmup, a StepLR, a cosine), or None."""
+    warmup = knobs.get("warmup", 0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
+    if knobs.get("step_lr"):  # StepLR meant per epoch (step_size in epochs), stepped after every batch
+        schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=knobs["step_lr"], gamma=0.1)
+    if knobs.get("cosine"):
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    return schedule
+
+
 def wrapped_run(fault: str, steps: int = STEPS):
     """A user's own loop with the doctor's three lines, the planted fault in its pieces or its loop."""
     knobs = FAULTS[fault]
@@ -101,12 +112,7 @@ def wrapped_run(fault: str, steps: int = STEPS):
     optimizer = kind(net.parameters(), lr=knobs.get("lr", 1e-3), weight_decay=knobs.get("weight_decay", 0.0))
     if knobs.get("rebuilt"):
         net = make()  # the model rebuilt after its optimizer was made: the optimizer holds the first one's tensors
-    warmup = knobs.get("warmup", 0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup)) if warmup else None
-    if knobs.get("step_lr"):  # StepLR meant per epoch (step_size in epochs), stepped after every batch
-        schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=knobs["step_lr"], gamma=0.1)
-    if knobs.get("cosine"):
-        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    schedule = rate_schedule(optimizer, knobs, steps)
     amp = knobs.get("amp", False)
     scaler = torch.amp.GradScaler("cpu", enabled=amp)
     loss_fn = nn.CrossEntropyLoss()
