@@ -121,14 +121,16 @@ def features_page() -> str:
     text += [
         "Every feature is computed by `analysis.features.features(measurements)` from one record (or what the",
         "doctor measured). Log-scale features span orders of magnitude: their thresholds sit at geometric midpoints.",
+        "Each feature declares the record columns it is computed from ([records.md](records.md)), and sees no other.",
         "",
-        "| feature | what it is | normalized by | log scale | read by |",
-        "|---|---|---|---|---|",
+        "| feature | what it is | normalized by | log scale | from the columns | read by |",
+        "|---|---|---|---|---|---|",
     ]
     for feature in FEATURES_LIST:
         read_by = ", ".join(readers.get(feature.name, [])) or ("the naive rules" if feature.name in naive else "none")
         log = "yes" if feature.log else "no"
-        cells = [f"`{feature.name}`", _cell(feature.sentence), _cell(feature.normalized_by), log, read_by]
+        columns = ", ".join(f"`{column}`" for column in feature.reads)
+        cells = [f"`{feature.name}`", _cell(feature.sentence), _cell(feature.normalized_by), log, columns, read_by]
         text.append("| " + " | ".join(cells) + " |")
     return "\n".join(text) + "\n"
 

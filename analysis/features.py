@@ -6,12 +6,14 @@ normalized by something the run itself provides, so that it means the same on an
 model: the class prior instead of 1/C, the run's own reference fit instead of a fixed accuracy, the step's own
 compute time instead of a fixed share of the loop, the run's length instead of a fixed count. `FEATURES` is
 the table: name, sentence, what it is normalized by, whether it spans orders of magnitude (then thresholds sit
-at geometric midpoints and plots use log axes), and how it is computed.
+at geometric midpoints and plots use log axes), how it is computed, and the record columns it is computed from
+(`reads`: checked against harness/columns.py when the feature is built; the computation sees no other column).
 
 `at_budget(records, steps)` gives the grid's records as they were at a step budget (each cell keeps a snapshot
 of its measurements at every budget it reached), so that the same features can be read on shorter runs.
 """
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import numpy as np
 from analysis.data_forecast import data_forecast
 from analysis.forecast import forecast
 from harness.columns import CHECKPOINT_COLUMNS
+from harness.columns import NAMES as COLUMN_NAMES
 from harness.targets import BINARY_LOSSES
 
 if TYPE_CHECKING:  # pandas is loaded where a table is built, so judging one run (the doctor) never loads it
@@ -305,13 +308,65 @@ def _memorize_at_1e3(m: Mapping) -> float:
 
 @dataclass(frozen=True)
 class Feature:
-    """One named quantity the rules may read."""
+    """One named quantity the rules may read, and the record columns it is computed from.
+
+    `reads` is checked against the record's columns when the feature is built (an unknown name raises at import,
+    naming the nearest columns), and `compute` sees only those columns: reading one it does not declare raises,
+    where it would otherwise read a silent NaN.
+    """
 
     name: str
     sentence: str
     normalized_by: str
     log: bool
     compute: Callable[[Mapping], float]
+    reads: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for column in self.reads:
+            if column not in COLUMN_NAMES:
+                near = difflib.get_close_matches(column, sorted(COLUMN_NAMES), n=5)
+                raise ValueError(
+                    f"feature {self.name} reads {column!r}, which is no record column; nearest: {', '.join(near)}"
+                )
+
+    def of(self, measurements: Mapping) -> float:
+        """The feature of one run's measurements, computed on its declared columns alone."""
+        return float(self.compute(_Declared(measurements, self)))
+
+
+class _Declared(Mapping):
+    """A run's measurements as one feature may read them: its declared columns, and no other."""
+
+    __slots__ = ("_feature", "_measurements")
+
+    def __init__(self, measurements: Mapping, feature: Feature):
+        self._measurements, self._feature = measurements, feature
+
+    def _check(self, key: str) -> None:
+        if key not in self._feature.reads:
+            raise KeyError(
+                f"feature {self._feature.name} reads {key!r}, which it does not declare (reads="
+                f"{self._feature.reads}): add it to the feature's reads"
+            )
+
+    def __getitem__(self, key: str):
+        self._check(key)
+        return self._measurements[key]
+
+    def get(self, key: str, default=None):
+        self._check(key)
+        return self._measurements.get(key, default)
+
+    def __contains__(self, key) -> bool:
+        self._check(key)
+        return key in self._measurements
+
+    def __iter__(self):
+        return (key for key in self._feature.reads if key in self._measurements)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 FEATURES_LIST = [
@@ -321,6 +376,7 @@ FEATURES_LIST = [
         "the loop's own compute time: a wait that is long for a tiny MLP step is nothing for a big model's",
         True,
         _wait_ratio,
+        reads=("data_wait_s", "loop_s"),
     ),
     Feature(
         "no_grad_share",
@@ -328,6 +384,7 @@ FEATURES_LIST = [
         "the parameter count: any model size",
         False,
         lambda m: _get(m, "params_without_grad_share"),
+        reads=("params_without_grad_share",),
     ),
     Feature(
         "grad_carried_share",
@@ -335,6 +392,7 @@ FEATURES_LIST = [
         "the optimizer steps: read from hooks, whatever the loss's scaling or the batches per step",
         False,
         lambda m: _get(m, "grad_carried_share"),
+        reads=("grad_carried_share",),
     ),
     Feature(
         "grad_kept_at_step",
@@ -342,6 +400,7 @@ FEATURES_LIST = [
         "the gradient's own norm after backward: 1 exactly when nothing clips it, whatever its size",
         True,
         lambda m: _get(m, "grad_kept_at_step"),
+        reads=("grad_kept_at_step",),
     ),
     Feature(
         "lr_peak_share",
@@ -349,6 +408,7 @@ FEATURES_LIST = [
         "the optimizer's own rate (a scheduler's initial_lr): 1 exactly without a schedule, whatever the rate",
         True,
         lambda m: _get(m, "lr_peak_share"),
+        reads=("lr_peak_share",),
     ),
     Feature(
         "lr_decayed_share",
@@ -356,6 +416,7 @@ FEATURES_LIST = [
         "the run's own peak rate and its optimizer steps: any rate, any schedule, any length",
         False,
         lambda m: _get(m, "lr_decayed_share"),
+        reads=("lr_decayed_share",),
     ),
     Feature(
         "weight_norm_ratio",
@@ -363,6 +424,7 @@ FEATURES_LIST = [
         "the weights' own starting norm: any width, depth or initialization",
         True,
         lambda m: _get(m, "weight_norm_ratio"),
+        reads=("weight_norm_ratio",),
     ),
     Feature(
         "unmoved_share",
@@ -370,6 +432,7 @@ FEATURES_LIST = [
         "the parameter count: any model size (only parameters that got a gradient are read)",
         False,
         lambda m: _get(m, "unmoved_share"),
+        reads=("unmoved_share",),
     ),
     Feature(
         "targets_changed_share",
@@ -377,6 +440,7 @@ FEATURES_LIST = [
         "the rows compared: any batch size (read as labels: an encoding change is not a change)",
         False,
         lambda m: _get(m, "targets_changed_share"),
+        reads=("targets_changed_share",),
     ),
     Feature(
         "accumulation_ratio",
@@ -384,6 +448,7 @@ FEATURES_LIST = [
         "a fresh gradient of the same loss on the same batch: 1 exactly when .grad holds this step's gradient",
         True,
         lambda m: _get(m, "accumulation_ratio"),
+        reads=("accumulation_ratio",),
     ),
     Feature(
         "wrong_mode_share",
@@ -391,6 +456,7 @@ FEATURES_LIST = [
         "the forwards counted (only in models with dropout or BatchNorm, where the mode matters)",
         False,
         lambda m: np.fmax(_get(m, "train_in_eval_share"), _get(m, "eval_in_train_share")),
+        reads=("eval_in_train_share", "train_in_eval_share"),
     ),
     Feature(
         "output_prob_share",
@@ -399,6 +465,7 @@ FEATURES_LIST = [
         "the output rows checked: a share, whatever the batch size",
         False,
         _output_prob_share,
+        reads=("logit_reach_span", "output_prob_share"),
     ),
     Feature(
         "logit_reach_span",
@@ -406,6 +473,7 @@ FEATURES_LIST = [
         "the softmax's own arithmetic: values at most d apart leave any class at most e^d / (e^d + C - 1)",
         True,
         lambda m: _get(m, "logit_reach_span"),
+        reads=("logit_reach_span",),
     ),
     Feature(
         "single_label_bce",
@@ -413,6 +481,7 @@ FEATURES_LIST = [
         "the targets' own coding and the loss's own arithmetic, read on the first batch: any task, any model",
         False,
         _single_label_bce,
+        reads=("ln_classes", "loss_kind", "task"),
     ),
     Feature(
         "output_spread",
@@ -420,6 +489,7 @@ FEATURES_LIST = [
         "the output's own size: 0 exactly when every input gets the same output, at any scale",
         False,
         lambda m: _get(m, "output_spread"),
+        reads=("output_spread",),
     ),
     Feature(
         "target_reach_gap",
@@ -427,6 +497,7 @@ FEATURES_LIST = [
         "the targets themselves (a share): only for targets shaped like the output, not class indices",
         False,
         lambda m: _get(m, "target_reach_gap"),
+        reads=("target_reach_gap",),
     ),
     Feature(
         "late_drop_share",
@@ -434,6 +505,7 @@ FEATURES_LIST = [
         "the run's own fall and length: the same share on a 20-step and a 20 000-step run",
         False,
         _late_drop_share,
+        reads=("train_loss_curve",),
     ),
     Feature(
         "forecast_gain",
@@ -441,6 +513,7 @@ FEATURES_LIST = [
         "the run's own fall and length: a share of what it has already gained, on any loss and run length",
         False,
         _forecast_gain,
+        reads=("train_loss_curve",),
     ),
     Feature(
         "input_rms",
@@ -448,6 +521,7 @@ FEATURES_LIST = [
         "the unit scale of standardized features, the scale every initialization assumes",
         True,
         lambda m: _get(m, "input_rms"),
+        reads=("input_rms",),
     ),
     Feature(
         "first_loss_ratio",
@@ -455,6 +529,7 @@ FEATURES_LIST = [
         "ln C, the loss of a uniform guess",
         True,
         lambda m: _div(_get(m, "first_loss"), _get(m, "ln_classes")),
+        reads=("first_loss", "ln_classes"),
     ),
     Feature(
         "dead_at_init",
@@ -462,6 +537,7 @@ FEATURES_LIST = [
         "the ReLU units on a probe batch: any width and depth",
         False,
         lambda m: _get(m, "dead_unit_share_init"),
+        reads=("dead_unit_share_init",),
     ),
     Feature(
         "activation_growth",
@@ -469,6 +545,7 @@ FEATURES_LIST = [
         "the first activations' RMS: growth through depth, whatever the input scale",
         True,
         lambda m: _get(m, "activation_growth_init"),
+        reads=("activation_growth_init",),
     ),
     Feature(
         "grad_depth_ratio",
@@ -476,6 +553,7 @@ FEATURES_LIST = [
         "the last weight matrix's gradient: whatever the loss scale",
         True,
         lambda m: _get(m, "grad_depth_ratio_init"),
+        reads=("grad_depth_ratio_init",),
     ),
     Feature(
         "saturated_at_init",
@@ -483,6 +561,7 @@ FEATURES_LIST = [
         "the tanh/sigmoid outputs on a probe batch",
         False,
         lambda m: _get(m, "saturated_share_init"),
+        reads=("saturated_share_init",),
     ),
     Feature(
         "batch_label_mix",
@@ -490,6 +569,7 @@ FEATURES_LIST = [
         "a shuffled batch of the same size from the same labels: 1 for shuffled data, whatever the class mix",
         False,
         lambda m: _get(m, "batch_label_mix"),
+        reads=("batch_label_mix",),
     ),
     Feature(
         "label_imbalance",
@@ -497,6 +577,7 @@ FEATURES_LIST = [
         "the rarest class's count",
         True,
         lambda m: _get(m, "label_imbalance"),
+        reads=("label_imbalance",),
     ),
     Feature(
         "prior_shift",
@@ -505,6 +586,7 @@ FEATURES_LIST = [
         " validation: not judged)",
         True,
         _prior_shift,
+        reads=("prior_shift",),
     ),
     Feature(
         "periodic_spike_share",
@@ -512,6 +594,7 @@ FEATURES_LIST = [
         "the run's length: a rarer bad batch leaves fewer spikes, but as large a share of the ones it can",
         False,
         _periodic_share,
+        reads=("loss_spike_period", "periodic_spikes", "steps"),
     ),
     Feature(
         "update_ratio_peak",
@@ -519,6 +602,7 @@ FEATURES_LIST = [
         "the weights' own size: reads the step the optimizer takes, whatever its kind",
         True,
         lambda m: _get(m, "update_ratio_peak"),
+        reads=("update_ratio_peak",),
     ),
     Feature(
         "steps_without_progress",
@@ -526,6 +610,7 @@ FEATURES_LIST = [
         "the weights' own size and the run's own first loss: large steps that brought the loss down are no fault",
         True,
         _steps_without_progress,
+        reads=("final_train_loss", "first_loss", "update_ratio_peak"),
     ),
     Feature(
         "update_ratio",
@@ -533,6 +618,7 @@ FEATURES_LIST = [
         "the weights' own size",
         True,
         lambda m: _get(m, "update_ratio_median"),
+        reads=("update_ratio_median",),
     ),
     Feature(
         "val_skill",
@@ -540,6 +626,7 @@ FEATURES_LIST = [
         "the class prior (always answering the most frequent training label)",
         False,
         lambda m: _skill(_get(m, "final_val_acc"), _baseline(m)),
+        reads=("baseline_val_acc", "final_val_acc", "majority_share"),
     ),
     Feature(
         "reference_skill",
@@ -547,6 +634,7 @@ FEATURES_LIST = [
         "the class prior",
         False,
         lambda m: _skill(_get(m, "reference_val_acc"), _baseline(m)),
+        reads=("baseline_val_acc", "majority_share", "reference_val_acc"),
     ),
     Feature(
         "own_skill",
@@ -555,6 +643,7 @@ FEATURES_LIST = [
         "the class prior (R²: always predicting the mean)",
         False,
         _own_skill,
+        reads=("baseline_val_acc", "final_train_acc", "final_val_acc", "majority_share", "task"),
     ),
     Feature(
         "skill_shortfall",
@@ -563,6 +652,7 @@ FEATURES_LIST = [
         "a quick reference fit on the same data: what this task allows, hard or easy (0: as good, 1: learned nothing)",
         False,
         _skill_shortfall,
+        reads=("baseline_val_acc", "final_train_acc", "final_val_acc", "majority_share", "reference_val_acc", "task"),
     ),
     Feature(
         "shortfall_z",
@@ -570,6 +660,7 @@ FEATURES_LIST = [
         "the sampling error of both accuracies on that many examples: a few points are nothing on 50 examples",
         False,
         _shortfall_z,
+        reads=("final_train_acc", "final_val_acc", "reference_val_acc", "reference_val_examples"),
     ),
     Feature(
         "loss_left",
@@ -577,6 +668,7 @@ FEATURES_LIST = [
         "the run's own first loss",
         False,
         _loss_left,
+        reads=("final_train_loss", "first_loss"),
     ),
     Feature(
         "learnable_skill",
@@ -585,6 +677,7 @@ FEATURES_LIST = [
         " learnable task that a broken model does not learn",
         False,
         _learnable,
+        reads=("baseline_val_acc", "final_val_acc", "majority_share", "reference_val_acc", "task"),
     ),
     Feature(
         "fit_vs_reference",
@@ -592,6 +685,7 @@ FEATURES_LIST = [
         "a quick reference fit on the same data: what is reachable on this task, hard or easy",
         False,
         _fit_vs_reference,
+        reads=("baseline_val_acc", "final_train_acc", "majority_share", "reference_val_acc"),
     ),
     Feature(
         "capacity_fit",
@@ -603,6 +697,7 @@ FEATURES_LIST = [
         " with room to spare fits at least as much, one too small for the data less, however it is trained",
         False,
         _capacity_fit,
+        reads=("capacity_baseline", "capacity_score", "final_train_acc", "reference_loo_acc", "reference_train_acc"),
     ),
     Feature(
         "label_noise_z",
@@ -611,6 +706,14 @@ FEATURES_LIST = [
         " training labels on one",
         False,
         _label_noise_z,
+        reads=(
+            "reference_examples",
+            "reference_knn_val_acc",
+            "reference_linear_val_acc",
+            "reference_loo_acc",
+            "reference_train_acc",
+            "reference_val_examples",
+        ),
     ),
     Feature(
         "train_val_gap",
@@ -618,6 +721,7 @@ FEATURES_LIST = [
         "the run's own validation accuracy: the gap between what it fits and what it generalizes",
         False,
         lambda m: _get(m, "final_train_acc") - _get(m, "final_val_acc"),
+        reads=("final_train_acc", "final_val_acc"),
     ),
     Feature(
         "data_gain",
@@ -626,6 +730,13 @@ FEATURES_LIST = [
         " its examples)",
         False,
         _data_gain,
+        reads=(
+            "baseline_val_acc",
+            "data_curve_examples",
+            "data_curve_val_acc",
+            "majority_share",
+            "reference_val_examples",
+        ),
     ),
     Feature(
         "val_loss_rise",
@@ -633,6 +744,7 @@ FEATURES_LIST = [
         "the run's own best validation loss",
         True,
         _val_loss_rise,
+        reads=("final_val_loss", "val_loss_curve"),
     ),
 ]
 # The raw readings of the first, hand-set rules (analysis.rules.NAIVE_RULES), kept for comparison: they move with
@@ -644,6 +756,7 @@ NAIVE_FEATURES_LIST = [
         "nothing",
         False,
         lambda m: _get(m, "data_wait_share"),
+        reads=("data_wait_share",),
     ),
     Feature(
         "val_acc_x_chance",
@@ -651,9 +764,24 @@ NAIVE_FEATURES_LIST = [
         "1/C",
         False,
         lambda m: _get(m, "final_val_acc") * _get(m, "n_classes"),
+        reads=("final_val_acc", "n_classes"),
     ),
-    Feature("train_acc", "final training accuracy", "nothing", False, lambda m: _get(m, "final_train_acc")),
-    Feature("memorize_loss_1e-3", "final loss memorizing 16 examples at 1e-3 only", "nothing", True, _memorize_at_1e3),
+    Feature(
+        "train_acc",
+        "final training accuracy",
+        "nothing",
+        False,
+        lambda m: _get(m, "final_train_acc"),
+        reads=("final_train_acc",),
+    ),
+    Feature(
+        "memorize_loss_1e-3",
+        "final loss memorizing 16 examples at 1e-3 only",
+        "nothing",
+        True,
+        _memorize_at_1e3,
+        reads=("memorize_losses", "memorize_rates"),
+    ),
 ]
 FEATURES_LIST += NAIVE_FEATURES_LIST
 FEATURES = {f.name: f for f in FEATURES_LIST}
@@ -661,7 +789,7 @@ FEATURES = {f.name: f for f in FEATURES_LIST}
 
 def features(measurements: Mapping) -> dict[str, float]:
     """The named features of one run's measurements (NaN where a measurement is missing)."""
-    return {f.name: float(f.compute(measurements)) for f in FEATURES_LIST}
+    return {f.name: f.of(measurements) for f in FEATURES_LIST}
 
 
 def feature_table(records: "pd.DataFrame") -> "pd.DataFrame":
