@@ -55,7 +55,7 @@ def _skill(accuracy: float, baseline: float) -> float:
     return (accuracy - baseline) / (1 - baseline)
 
 
-def _baseline(m: Mapping) -> float:
+def prior_baseline(m: Mapping) -> float:
     """What answering the most frequent training label scores: on validation if known, else the training prior."""
     baseline = _get(m, "baseline_val_acc")
     return baseline if not math.isnan(baseline) else _get(m, "majority_share")
@@ -79,7 +79,8 @@ def _learnable(m: Mapping) -> float:
     """The better of the model's and the references' validation skill; NaN for regression (no class prior)."""
     if m.get("task") == "regression":
         return math.nan
-    return np.fmax(_skill(_get(m, "final_val_acc"), _baseline(m)), _skill(_get(m, "reference_val_acc"), _baseline(m)))
+    baseline = prior_baseline(m)
+    return np.fmax(_skill(_get(m, "final_val_acc"), baseline), _skill(_get(m, "reference_val_acc"), baseline))
 
 
 def _own_skill(m: Mapping) -> float:
@@ -91,7 +92,7 @@ def _own_skill(m: Mapping) -> float:
     if m.get("task") == "regression":
         val, train = _get(m, "final_val_acc"), _get(m, "final_train_acc")
         return val if not math.isnan(val) else train
-    baseline = _baseline(m)
+    baseline = prior_baseline(m)
     skill = _skill(_get(m, "final_val_acc"), baseline)
     return skill if not math.isnan(skill) else _skill(_get(m, "final_train_acc"), baseline)
 
@@ -103,7 +104,7 @@ def _skill_shortfall(m: Mapping) -> float:
     that a few points short on a hard problem (references at a skill of 0.3) weigh as much as many on an easy one.
     NaN where the references learned next to nothing (a skill under 0.05: no yardstick) or none exist.
     """
-    reference = _skill(_get(m, "reference_val_acc"), _baseline(m))
+    reference = _skill(_get(m, "reference_val_acc"), prior_baseline(m))
     if not reference > 0.05:
         return math.nan
     return (reference - _own_skill(m)) / reference
@@ -135,7 +136,7 @@ def _loss_left(m: Mapping) -> float:
 
 def _fit_vs_reference(m: Mapping) -> float:
     """Training accuracy over what the references reach on held-out examples, both above the baseline."""
-    baseline = _baseline(m)
+    baseline = prior_baseline(m)
     room = _get(m, "reference_val_acc") - baseline
     if not room > 0.05:  # the references learned next to nothing: no yardstick
         return math.nan
@@ -198,7 +199,7 @@ def _data_gain(m: Mapping) -> float:
     references: regression, multi-label, inputs whose rows are not the examples).
     """
     made = data_forecast(m.get("data_curve_examples"), m.get("data_curve_val_acc"), _get(m, "reference_val_examples"))
-    baseline = _baseline(m)
+    baseline = prior_baseline(m)
     if made is None or math.isnan(baseline) or baseline >= 1:
         return math.nan
     return made.gain / (1 - baseline)
@@ -625,7 +626,7 @@ FEATURES_LIST = [
         "validation accuracy above the baseline, as a share of the room above it",
         "the class prior (always answering the most frequent training label)",
         False,
-        lambda m: _skill(_get(m, "final_val_acc"), _baseline(m)),
+        lambda m: _skill(_get(m, "final_val_acc"), prior_baseline(m)),
         reads=("baseline_val_acc", "final_val_acc", "majority_share"),
     ),
     Feature(
@@ -633,7 +634,7 @@ FEATURES_LIST = [
         "the references' validation accuracy above the baseline, as a share of the room above it",
         "the class prior",
         False,
-        lambda m: _skill(_get(m, "reference_val_acc"), _baseline(m)),
+        lambda m: _skill(_get(m, "reference_val_acc"), prior_baseline(m)),
         reads=("baseline_val_acc", "majority_share", "reference_val_acc"),
     ),
     Feature(

@@ -39,9 +39,8 @@ import numpy as np
 
 from analysis.checks import CHECKS, FITTED
 from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Finding, Rule
-from analysis.data_forecast import data_forecast
+from analysis.checks.evidence import Evidence
 from analysis.features import FEATURES, feature_table, features
-from analysis.forecast import MIN_STEPS, finite_losses, forecast
 
 if TYPE_CHECKING:  # pandas is loaded where a table is judged, so judging one run (the doctor) never loads it
     import pandas as pd
@@ -227,72 +226,6 @@ UNEXPLAINED_NEXT = (
 )
 
 
-def _score(value, task) -> str:
-    """A score in its task's metric: R² as a number, accuracies as percentages."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return "not measured"
-    if math.isnan(value):
-        return "not measured"
-    return f"{value:.2f}" if task == "regression" else f"{value:.0%}"
-
-
-def _evidence_fields(measurements: Mapping, values: Mapping) -> dict:
-    fields = {**measurements, **values}
-    fields["baseline"] = values.get("baseline", measurements.get("baseline_val_acc"))
-    if fields["baseline"] is None or (isinstance(fields["baseline"], float) and math.isnan(fields["baseline"])):
-        fields["baseline"] = measurements.get("majority_share", math.nan)
-    task = measurements.get("task")
-    fields["metric_name"] = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
-    for name, key in (("val_score", "final_val_acc"), ("train_score", "final_train_acc")):
-        fields[name] = _score(measurements.get(key), task)
-    fields["reference_score"] = _score(measurements.get("reference_val_acc"), task)
-    fields["baseline_score"] = _score(fields["baseline"], task)
-    fields["periodic_spikes_seen"] = (measurements.get("periodic_spikes") or 0) + 1
-    for name, key in (
-        ("loo_error", "reference_loo_acc"),
-        ("knn_val_error", "reference_knn_val_acc"),
-        ("ridge_train_error", "reference_train_acc"),
-        ("ridge_val_error", "reference_linear_val_acc"),
-    ):
-        value = measurements.get(key)
-        fields[name] = math.nan if value is None else 1 - float(value)
-    layer = measurements.get("output_layer")
-    fields["output_layer"] = layer if isinstance(layer, str) and layer else "unknown"
-    fields["loss_left"] = values["loss_left"]
-    fields["forecast_line"] = forecast_line(measurements)
-    fields["data_line"] = data_line(measurements)
-    try:  # ln C for class targets; for regression ln_classes holds the targets' variance, and exp may overflow
-        fields["classes"] = math.exp(float(measurements.get("ln_classes")))
-    except (TypeError, ValueError, OverflowError):
-        fields["classes"] = math.nan
-    kind = measurements.get("loss_kind")
-    fields["loss_kind"] = kind if isinstance(kind, str) and kind else "unknown"
-    steps = measurements.get("loss_spike_steps")
-    fields["loss_spike_steps"] = list(steps) if steps is not None else []
-    return fields
-
-
-def forecast_line(measurements: Mapping) -> str:
-    """`training loss at 2x the steps (400): 0.31 +- 0.04 (now 0.45)`, or why there is no forecast."""
-    values = finite_losses(measurements.get("train_loss_curve"))
-    made = forecast(values)
-    if made is None:
-        return f"no forecast of the training loss ({len(values)} finite steps; a curve needs {MIN_STEPS} and a fit)"
-    return made.line(2)
-
-
-def data_line(measurements: Mapping) -> str:
-    """The data learning curve and its forecast at twice the examples, or why there is none."""
-    made = data_forecast(
-        measurements.get("data_curve_examples"),
-        measurements.get("data_curve_val_acc"),
-        measurements.get("reference_val_examples"),
-    )
-    return "no data learning curve (it needs quick references)" if made is None else made.line()
-
-
 def _unexplained(
     rules: list[Rule], thresholds: Mapping, values: Mapping, fields: Mapping, gate_evidence: str
 ) -> Finding:
@@ -345,7 +278,7 @@ def diagnose(
         steps = measurements.get("steps")
         thresholds = load_thresholds(_known_steps(steps))
     values = features(measurements)
-    fields = _evidence_fields(measurements, values)
+    fields = Evidence(measurements, values)  # the named values the evidence sentences show, made when asked
     gate_threshold = thresholds.get(OUTCOME_GATE.name)
     harmed = OUTCOME_GATE.is_open(values, gate_threshold)
     gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold)
@@ -355,7 +288,7 @@ def diagnose(
             continue
         value, threshold = values[rule.feature], thresholds[rule.verdict]
         if rule.fires(value, threshold):
-            evidence = rule.evidence.format(**fields, value=value, threshold=threshold)
+            evidence = fields.sentence(rule.evidence, value, threshold)
             margin = rule.margin(value, threshold)
             if OUTCOME_GATE.is_warning(rule, harmed):
                 evidence += f"; a warning, not the verdict: the run overcame it ({gate_evidence})"

@@ -96,3 +96,22 @@ def test_a_new_family_module_is_collected_and_a_clash_of_order_is_refused(tmp_pa
     )
     with pytest.raises(ValueError, match=r"checks \w+ and \w+ share 15: each needs its own"):
         checks.collect([str(package)], "throwaway_checks")
+
+
+def test_an_evidence_sentence_shows_only_named_values_and_a_misspelled_one_fails_when_built():
+    with pytest.raises(ValueError, match=r"unknown value in the evidence of check a_check: 'frist_loss'; nearest: "):
+        Check(**{**A_CHECK, "evidence": "the first loss was {frist_loss:.3g}"})
+    shown = Check(**{**A_CHECK, "evidence": "{value:.0%} at {where}", "supplied": ("where",)})
+    assert shown.shown() == ["value", "where"]
+
+
+def test_the_evidence_values_are_made_once_and_only_when_a_sentence_asks():
+    from analysis.checks.evidence import Evidence
+
+    made = Evidence({"task": "regression", "final_val_acc": 0.456, "train_loss_curve": None}, {"loss_left": 0.25})
+    assert made.sentence("R² {val_score}, {loss_left:.0%} left; {value:.1f} > {threshold}", 2.0, 1) == (
+        "R² 0.46, 25% left; 2.0 > 1"
+    )
+    assert "forecast_line" not in made._made  # the curve fit never ran: no sentence asked for it
+    with pytest.raises(KeyError):
+        made["first_loss"]  # a measurement this run does not have

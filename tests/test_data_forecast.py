@@ -11,9 +11,9 @@ import pytest
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
+from analysis.checks.evidence import data_line
 from analysis.data_forecast import data_forecast
 from analysis.features import features
-from analysis.rules import data_line
 from harness.reference import CURVE_MIN_EXAMPLES, reference_fit
 
 

@@ -1,8 +1,9 @@
 """The checks, one object each, defined in one module per family; everything else about them is derived here.
 
 A family module (loop.py, parameters.py, schedule.py, outputs.py, initialization.py, data.py, capacity.py, ...)
-defines its checks (analysis/checks/base.py: `Check`) and lists them in a module-level `CHECKS` tuple. Every
-module of this package is read, so a new family is a new file and nothing else. From the checks come:
+defines its checks (analysis/checks/base.py: `Check`; evidence.py: the named values their sentences show) and
+lists them in a module-level `CHECKS` tuple. Every other module of this package is read, so a new family is a new
+file and nothing else. From the checks come:
 
 - `CHECKS`: all of them in their order;
 - `FITTED`: those whose threshold `make fit` fits (analysis/rules.py's `RULES`, in the same order);
@@ -24,6 +25,9 @@ from analysis.checks.base import HEALTHY, UNEXPLAINED, Check, Harm
 UNEXPLAINED_PARTS = ("train", "loss", "optimizer")
 
 
+SUPPORT = ("base", "evidence")  # the modules that define what a check is, not checks
+
+
 def collect(paths=None, package: str = __name__) -> tuple[Check, ...]:
     """Every family module's CHECKS (the modules of `paths`, default this package's), in order.
 
@@ -31,7 +35,7 @@ def collect(paths=None, package: str = __name__) -> tuple[Check, ...]:
     """
     found: list[Check] = []
     for module in pkgutil.iter_modules(__path__ if paths is None else paths):
-        if module.name != "base":
+        if module.name not in SUPPORT:
             found += importlib.import_module(f"{package}.{module.name}").CHECKS
     by_order, by_verdict = {}, {}
     for check in found:

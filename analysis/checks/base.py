@@ -16,11 +16,17 @@ naming the known ones, instead of a rule silently reading NaN.
 
 import difflib
 import math
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from analysis.checks.evidence import EVIDENCE_VALUES, Evidence
 from analysis.features import FEATURES
 from harness.columns import NAMES as COLUMNS
+
+# What an evidence sentence may show: the rule's own value and threshold, a record column, a feature, or an
+# evidence value (analysis/checks/evidence.py).
+SHOWABLE = {"value", "threshold", *COLUMNS, *FEATURES, *EVIDENCE_VALUES}
 
 HEALTHY = "healthy"  # the verdict when no finding fails and the outcome shows no harm
 UNEXPLAINED = "unexplained_failure"  # the verdict when the outcome shows harm and no check names why
@@ -134,8 +140,14 @@ class Check(Rule):
     fault_types: tuple[str, ...] = ()
     harm: Harm = field(default=ON_ACCURACY)
     fact: float | None = None  # a threshold that is a fact, not fitted; `feature` then names a record column
+    # Names the evidence shows that whoever judges the check supplies (the doctor's non-finite watch: where the
+    # first NaN came from), beside a record's columns, the features and the evidence values.
+    supplied: tuple[str, ...] = ()
 
     def __post_init__(self):
+        for name in self.shown():
+            if name not in SHOWABLE and name not in self.supplied:
+                raise _unknown(f"value in the evidence of check {self.verdict}:", name, SHOWABLE)
         if self.fitted and self.feature not in FEATURES:
             raise _unknown(f"feature for check {self.verdict}:", self.feature, FEATURES)
         if not self.fitted and self.feature not in COLUMNS:
@@ -146,6 +158,10 @@ class Check(Rule):
         for kind in self.fault_types:
             if kind not in FAULT_TYPES:
                 raise _unknown(f"fault type for check {self.verdict}:", kind, FAULT_TYPES)
+
+    def shown(self) -> list[str]:
+        """The names the evidence sentence shows, in order ({value} and {threshold} among them)."""
+        return [name for _, name, _, _ in string.Formatter().parse(self.evidence) if name]
 
     @property
     def fitted(self) -> bool:
@@ -159,5 +175,5 @@ class Check(Rule):
         value = measured.get(self.feature)
         if value is None or not self.fires(float(value), self.fact):
             return None
-        evidence = self.evidence.format(**measured, value=value, threshold=self.fact)
+        evidence = Evidence(measured, {}).sentence(self.evidence, value, self.fact)
         return Finding(self.verdict, evidence, self.next_step, math.nan)

@@ -37,8 +37,9 @@ NONFINITE_LOSS = Check(
     feature="nonfinite_losses",
     above=True,
     # Filled by the doctor's non-finite watch (doctor/nonfinite.py, Origin.evidence) with where it began.
-    evidence="the training loss was first {loss_kind} at step {loss_step} ({value:.0f} of {steps} training losses"
+    evidence="the training loss was first {first_value} at step {loss_step} ({value:.0f} of {steps} training losses"
     " were NaN or inf); non-finite first: the {what}: {detail}",
+    supplied=("first_value", "loss_step", "what", "detail"),
     next_step="look at what was non-finite first, named in the evidence (NEXT_STEPS gives what to look at for each)",
     order=0,
     fact=0.0,

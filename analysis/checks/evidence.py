@@ -1,0 +1,125 @@
+"""The named values a check's evidence sentence may use, beside its own {value} and {threshold}.
+
+A sentence names what it shows, and each name is one of three things: a record column as measured
+({first_loss}, harness/columns.py), a feature ({loss_left}, analysis/features.py), or one of `EVIDENCE_VALUES`
+below: a value made for reading (a score in its task's metric, an error rate, the forecast's line), computed in
+this one place from the run's measurements and features. Where a name is two of these, the evidence value wins,
+then the feature. A check whose sentence names anything else fails when it is built (analysis/checks/base.py).
+
+`Evidence` computes a value only when a sentence asks for it, once per run: the forecast's line fits a curve,
+and most runs fire no rule that shows it.
+"""
+
+import math
+from collections import ChainMap
+from collections.abc import Callable, Iterator, Mapping
+
+from analysis.data_forecast import data_forecast
+from analysis.features import prior_baseline
+from analysis.forecast import MIN_STEPS, finite_losses, forecast
+
+METRIC_NAMES = {"regression": "R²", "multilabel": "per-label accuracy"}  # by task; the others score accuracy
+
+
+def score(value, task) -> str:
+    """A score in its task's metric: R² as a number, accuracies as percentages."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "not measured"
+    if math.isnan(value):
+        return "not measured"
+    return f"{value:.2f}" if task == "regression" else f"{value:.0%}"
+
+
+def forecast_line(measurements: Mapping) -> str:
+    """`training loss at 2x the steps (400): 0.31 +- 0.04 (now 0.45)`, or why there is no forecast."""
+    values = finite_losses(measurements.get("train_loss_curve"))
+    made = forecast(values)
+    if made is None:
+        return f"no forecast of the training loss ({len(values)} finite steps; a curve needs {MIN_STEPS} and a fit)"
+    return made.line(2)
+
+
+def data_line(measurements: Mapping) -> str:
+    """The data learning curve and its forecast at twice the examples, or why there is none."""
+    made = data_forecast(
+        measurements.get("data_curve_examples"),
+        measurements.get("data_curve_val_acc"),
+        measurements.get("reference_val_examples"),
+    )
+    return "no data learning curve (it needs quick references)" if made is None else made.line()
+
+
+def _scored(column: str) -> Callable[[Mapping], str]:
+    return lambda m: score(m.get(column), m.get("task"))
+
+
+def _error(column: str) -> Callable[[Mapping], float]:
+    """One minus an accuracy column: how often a quick reference disagrees with the labels."""
+    return lambda m: math.nan if m.get(column) is None else 1 - float(m[column])
+
+
+def _named(column: str) -> Callable[[Mapping], str]:
+    """A text column as the sentence shows it: the text, or "unknown" where it is missing or empty."""
+    return lambda m: m[column] if isinstance(m.get(column), str) and m[column] else "unknown"
+
+
+def _classes(m: Mapping) -> float:
+    """C from ln C; for regression ln_classes holds the targets' variance, and exp may overflow: NaN then."""
+    try:
+        return math.exp(float(m.get("ln_classes")))
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+EVIDENCE_VALUES: dict[str, Callable[[Mapping], object]] = {
+    "metric_name": lambda m: METRIC_NAMES.get(m.get("task"), "accuracy"),
+    "val_score": _scored("final_val_acc"),
+    "train_score": _scored("final_train_acc"),
+    "reference_score": _scored("reference_val_acc"),
+    # what always answering the most frequent label scores: the features' baseline (validation, else the prior)
+    "baseline_score": lambda m: score(prior_baseline(m), m.get("task")),
+    "periodic_spikes_seen": lambda m: (m.get("periodic_spikes") or 0) + 1,  # spikes at a period: gaps + 1
+    "loo_error": _error("reference_loo_acc"),
+    "knn_val_error": _error("reference_knn_val_acc"),
+    "ridge_train_error": _error("reference_train_acc"),
+    "ridge_val_error": _error("reference_linear_val_acc"),
+    "output_layer": _named("output_layer"),
+    "loss_kind": _named("loss_kind"),
+    "classes": _classes,
+    "loss_spike_steps": lambda m: list(m["loss_spike_steps"]) if m.get("loss_spike_steps") is not None else [],
+    "forecast_line": forecast_line,
+    "data_line": data_line,
+}
+
+
+class Evidence(Mapping):
+    """The named values of one run, computed when a sentence first asks for one.
+
+    `measurements` is keyed like a record; `values` are its features (analysis.features.features).
+    """
+
+    def __init__(self, measurements: Mapping, values: Mapping):
+        self.measurements, self.values = measurements, values
+        self._made: dict[str, object] = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._made:
+            if name in EVIDENCE_VALUES:
+                self._made[name] = EVIDENCE_VALUES[name](self.measurements)
+            elif name in self.values:
+                self._made[name] = self.values[name]
+            else:
+                self._made[name] = self.measurements[name]  # KeyError: the run has no such measurement
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self.measurements, **self.values, **EVIDENCE_VALUES})
+
+    def __len__(self) -> int:
+        return len({**self.measurements, **self.values, **EVIDENCE_VALUES})
+
+    def sentence(self, template: str, value: float, threshold: float) -> str:
+        """`template` filled with this run's named values, and the rule's own value and threshold."""
+        return template.format_map(ChainMap({"value": value, "threshold": threshold}, self))
