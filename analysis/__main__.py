@@ -125,13 +125,13 @@ def run(args: argparse.Namespace, records) -> None:
     elif args.command == "fit":
         from analysis.fit import write_thresholds
 
-        kept: dict[int, dict[str, str]] = {}
-        by_budget = write_thresholds(records, Path(args.thresholds), kept=kept)
+        fits = write_thresholds(records, Path(args.thresholds))
+        by_budget = fits.thresholds
         verdicts = list(next(iter(by_budget.values())))
         print(f"{'steps':16s} " + " ".join(f"{b:>9d}" for b in by_budget))
         for verdict in verdicts:
             print(f"{verdict:16s} " + " ".join(f"{by_budget[b][verdict]:9.3g}" for b in by_budget))
-        for budget, reasons in kept.items():
+        for budget, reasons in fits.kept.items():
             for verdict, why in reasons.items():
                 print(f"kept {verdict} steps={budget}: {why}")
         print(f"thresholds: {args.thresholds}")

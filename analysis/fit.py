@@ -18,12 +18,14 @@ Any slice of a grid can be fitted: a rule that cannot be fitted on the records a
 there, every such cell was already named by an earlier rule, or none has the rule's measurement) keeps a
 fallback threshold, the committed one (analysis/thresholds.json) unless the caller gives another (a shorter
 budget falls back on the longest budget's fit, the longest on the nearest shorter budget that fitted it), and
-the reason is reported (`kept`).
+the reason is reported: each fit returns a `Fit` (one budget) or a `BudgetFits` (every budget), which holds the
+thresholds and, for each rule that kept one it was not fitted on, why.
 """
 
 import itertools
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +88,24 @@ class NothingToFit(ValueError):
     """A rule cannot be fitted on these records and has no threshold to fall back on."""
 
 
+@dataclass(frozen=True)
+class Fit:
+    """The thresholds fitted on records of one budget, and the rules that kept a threshold they were not fitted on."""
+
+    thresholds: dict[str, float]  # verdict -> threshold, in rule order; the outcome gate's first when it has one
+    kept: dict[str, str]  # verdict -> why it could not be fitted here (it kept its fallback threshold)
+
+
+@dataclass(frozen=True)
+class BudgetFits:
+    """Thresholds per step budget, and per budget the rules that kept a threshold they were not fitted on there."""
+
+    thresholds: dict[int, dict[str, float]]  # budget -> verdict -> threshold, the shortest budget first
+    # budget -> verdict -> why, and which threshold it kept instead; in the order fitted (the longest budget first),
+    # only the budgets where some rule kept one
+    kept: dict[int, dict[str, str]]
+
+
 def committed_thresholds(steps: int | None = None) -> dict[str, float]:
     """The committed thresholds for the budget nearest `steps`, or {} when the thresholds file is missing."""
     try:
@@ -94,9 +114,7 @@ def committed_thresholds(steps: int | None = None) -> dict[str, float]:
         return {}
 
 
-def why_unfitted(
-    records: pd.DataFrame, table: pd.DataFrame, unclaimed: pd.Series, rule: Rule, harmed: pd.Series | None = None
-) -> str:
+def why_unfitted(records: pd.DataFrame, unclaimed: pd.Series, rule: Rule, harmed: pd.Series | None = None) -> str:
     """Why `rule` cannot be fitted on these records: the sentence the fit and the report print.
 
     `harmed`: where the outcome gate is open (a rule that needs harm is fitted only there).
@@ -124,15 +142,14 @@ def fit_thresholds(
     rules: list[Rule] = RULES,
     fallback: dict[str, float] | None = None,
     table: pd.DataFrame | None = None,
-    kept: dict[str, str] | None = None,
     fixed: dict[str, float] | None = None,
     gate: float | None = None,
-) -> dict[str, float]:
+) -> Fit:
     """Thresholds for `rules`, fitted on these records (ok records, one budget) in rule order.
 
     A rule that cannot be fitted here keeps its `fallback` threshold (None: the committed threshold for the
-    records' budget); `kept`, if given, receives why for each such rule. A rule with no threshold to keep is an
-    error (NothingToFit). `fixed` thresholds are taken as given (they still claim the records they fire on).
+    records' budget), and the fit says why (`Fit.kept`). A rule with no threshold to keep is an error
+    (NothingToFit). `fixed` thresholds are taken as given (they still claim the records they fire on).
     `gate` is the outcome gate's threshold (None: the fallback's); a rule that needs harm is fitted, and claims
     records, only where the gate is open (elsewhere its firing is a warning, never the verdict). The result
     holds the gate's threshold too.
@@ -148,6 +165,7 @@ def fit_thresholds(
     harmed = gate_open(table, gate)
     unclaimed = pd.Series(True, index=records.index)
     thresholds = {} if gate is None else {OUTCOME_GATE.name: gate}
+    kept: dict[str, str] = {}
     for rule in rules:
         judged = unclaimed & harmed if rule.needs_harm else unclaimed
         positive = records.loc[judged, "diagnosis"] == rule.verdict
@@ -158,16 +176,15 @@ def fit_thresholds(
         if fitted is not None:
             fitted = rule.bounded(fitted)
         if fitted is None:
-            why = why_unfitted(records, table, unclaimed, rule, harmed)
+            why = why_unfitted(records, unclaimed, rule, harmed)
             if rule.verdict not in fallback:
                 raise NothingToFit(f"the {rule.verdict} rule cannot be fitted ({why}) and has no threshold to keep")
             fitted = fallback[rule.verdict]
-            if kept is not None:
-                kept[rule.verdict] = why
+            kept[rule.verdict] = why
         thresholds[rule.verdict] = fitted
         fired = table[rule.feature].map(lambda v, r=rule, t=fitted: r.fires(v, t))
         unclaimed = unclaimed & ~(fired & harmed if rule.needs_harm else fired)
-    return thresholds
+    return Fit(thresholds, kept)
 
 
 def scored(records: pd.DataFrame) -> pd.DataFrame:
@@ -203,18 +220,15 @@ def fit_gate(cut: pd.DataFrame, table: pd.DataFrame, harm: pd.DataFrame) -> floa
 
 
 def fit_budgets(
-    records: pd.DataFrame,
-    fallback: dict[int, dict[str, float]] | None = None,
-    kept: dict[int, dict[str, str]] | None = None,
-    harm: pd.DataFrame | None = None,
-) -> dict[int, dict]:
-    """Thresholds per step budget (the outcome gate's too), longest budget first.
+    records: pd.DataFrame, fallback: dict[int, dict[str, float]] | None = None, harm: pd.DataFrame | None = None
+) -> BudgetFits:
+    """Thresholds per step budget (the outcome gate's too), fitted longest budget first.
 
     `records`: ok records with their harmless fault cells (the gate is fitted on those too; the rules only on
     healthy runs and fault cells that did harm). A rule that cannot be fitted at a budget keeps
     `fallback[budget]` if given, else the longest budget's fit; at the longest budget itself, the nearest shorter
-    budget's fit where one fitted it, else the committed threshold. `kept[budget]` receives why. `harm`: the
-    records' `harm_table`, if already computed.
+    budget's fit where one fitted it, else the committed threshold. The result says why and which it kept
+    (`BudgetFits.kept`). `harm`: the records' `harm_table`, if already computed.
     """
     records = records[records.status == "ok"]
     harm = harm_table(records) if harm is None else harm.loc[records.index]
@@ -230,30 +244,27 @@ def fit_budgets(
         cut, table = cuts[budget][keep], tables[budget][keep]
         longest = result[max(result)] if result else None
         given = (fallback or {}).get(budget)
-        fallback_here = given or longest
-        reasons: dict[str, str] = {}
         gate = gates[budget]
-        if gate is None:
-            reasons[OUTCOME_GATE.name] = "no record here is read on its outcome"
-        result[budget] = fit_thresholds(cut, fallback=fallback_here, kept=reasons, table=table, gate=gate)
+        fit = fit_thresholds(cut, fallback=given or longest, table=table, gate=gate)
+        result[budget] = fit.thresholds
+        reasons = {} if gate is not None else {OUTCOME_GATE.name: "no record here is read on its outcome"}
+        reasons.update(fit.kept)
+        unfitted[budget] = reasons
         if given:
             source = "the threshold given"
         elif longest:
             source = f"the {max(result)}-step fit"
         else:
             source = "the committed threshold"
-        unfitted[budget], sources[budget] = reasons, dict.fromkeys(reasons, source)
+        sources[budget] = dict.fromkeys(reasons, source)
     if not fallback:
         _nearest_fit_for_the_longest(result, unfitted, sources)
-    if kept is not None:
-        kept.update(
-            {
-                budget: {verdict: f"{why}; keeps {sources[budget][verdict]}" for verdict, why in reasons.items()}
-                for budget, reasons in unfitted.items()
-                if reasons
-            }
-        )
-    return dict(sorted(result.items()))
+    kept = {
+        budget: {verdict: f"{why}; keeps {sources[budget][verdict]}" for verdict, why in reasons.items()}
+        for budget, reasons in unfitted.items()
+        if reasons
+    }
+    return BudgetFits(dict(sorted(result.items())), kept)
 
 
 def _nearest_fit_for_the_longest(
@@ -275,18 +286,16 @@ def _nearest_fit_for_the_longest(
         sources[longest][verdict] = f"the {nearest}-step fit, the nearest budget that fitted it"
 
 
-def write_thresholds(
-    records: pd.DataFrame, path: Path = THRESHOLDS_FILE, kept: dict[int, dict[str, str]] | None = None
-) -> dict[int, dict[str, float]]:
+def write_thresholds(records: pd.DataFrame, path: Path = THRESHOLDS_FILE) -> BudgetFits:
     """Fit on the tuned problems alone (harmless fault cells left out) and write the thresholds file.
 
-    `kept[budget]`, if given, receives each rule that kept a threshold it was not fitted on here, and why.
+    Returns the fit: the thresholds written, and each rule that kept a threshold it was not fitted on here, and why.
     """
     tuned = records[(records.status == "ok") & records.dataset.map(is_tuned)]
     if tuned.empty:
         raise NothingToFit("no ok records of digits or the zoo problems to fit on: `make zoo` produces them")
     harm = harm_table(tuned)
-    by_budget = fit_budgets(tuned, kept=kept, harm=harm)
+    fits = fit_budgets(tuned, harm=harm)
     tuned = tuned[harm.harmful]  # what `scored` keeps, without judging every twin again
     document = {
         "fitted_on": {
@@ -294,7 +303,7 @@ def write_thresholds(
             "cells": len(tuned),
             "faults": {k: int(v) for k, v in tuned.diagnosis.value_counts().sort_index().items()},
         },
-        "budgets": {str(b): {k: float(f"{v:.6g}") for k, v in t.items()} for b, t in by_budget.items()},
+        "budgets": {str(b): {k: float(f"{v:.6g}") for k, v in t.items()} for b, t in fits.thresholds.items()},
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
-    return by_budget
+    return fits

@@ -79,7 +79,12 @@ def leave_one_seed_out(
     parts = []
     for seed in sorted(tuned.seed.unique()):
         held, rest = tuned[tuned.seed == seed], tuned[tuned.seed != seed]
-        thresholds = fit_thresholds(rest, fallback=fallback, kept=kept) if method == "rules" else None
+        thresholds = None
+        if method == "rules":
+            fit = fit_thresholds(rest, fallback=fallback)
+            thresholds = fit.thresholds
+            if kept is not None:
+                kept.update(fit.kept)  # a later seed's reason replaces an earlier one's
         parts.append(predict(held, method, rest, thresholds))
     return pd.concat(parts).reindex(tuned.index)
 

@@ -53,16 +53,15 @@ def leave_one_problem_out(records: pd.DataFrame, kept: dict[str, str] | None = N
     rows = []
     for problem in problems:
         rest = records[records.dataset != problem]
-        reasons: dict[int, dict[str, str]] = {}
-        thresholds = fit_budgets(rest, kept=reasons, harm=harm.loc[rest.index])
-        for budget_reasons in reasons.values():
+        fits = fit_budgets(rest, harm=harm.loc[rest.index])
+        for budget_reasons in fits.kept.values():  # the longest budget first: its reason is the one shown
             for verdict, why in budget_reasons.items():
                 if kept is not None:
                     kept.setdefault(verdict, f"{why} (leaving out {problem})")
         for budget in budgets:
             here, table = cut[budget], tables[budget]
             mine = here.dataset == problem
-            fitted = thresholds.get(budget) or thresholds[max(thresholds)]
+            fitted = fits.thresholds.get(budget) or fits.thresholds[max(fits.thresholds)]
             named = verdicts(here[mine], thresholds=fitted, table=table[mine]).verdict
             relabeled = label_stopped_early(here[mine], records).diagnosis
             train = ~mine & harm.harmful.reindex(here.index).to_numpy()

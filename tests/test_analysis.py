@@ -170,10 +170,11 @@ def test_a_rule_that_cannot_separate_fires_on_nothing_and_one_with_no_fault_keep
     assert fit_stump(values, pd.Series([False] * 4), above=True, log=False) is None
     frame = pd.DataFrame([record(diagnosis=HEALTHY, cell_id=f"h{s}", seed=s) for s in range(3)])
     fallback = {rule.verdict: 0.5 for rule in RULES}
-    kept = {}
-    assert fit_thresholds(frame, fallback=fallback, kept=kept) == fallback
-    assert kept == dict.fromkeys(fallback, "no cell of its fault in these records")
-    assert fit_thresholds(frame) == load_thresholds(int(frame.steps.max()))  # no fallback given: the committed ones
+    fit = fit_thresholds(frame, fallback=fallback)
+    assert fit.thresholds == fallback
+    assert fit.kept == dict.fromkeys(fallback, "no cell of its fault in these records")
+    committed = fit_thresholds(frame).thresholds  # no fallback given: the committed ones
+    assert committed == load_thresholds(int(frame.steps.max()))
     with pytest.raises(NothingToFit, match=r"the starved_loader rule cannot be fitted \(no cell of its fault"):
         fit_thresholds(frame, fallback={})
 
@@ -183,7 +184,9 @@ def test_fit_thresholds_separates_hand_made_faults_in_rule_order():
     for verdict, change in PLANTED.items():
         rows += [record(diagnosis=verdict, seed=s, cell_id=f"{verdict}{s}", **change) for s in range(3)]
     frame = pd.DataFrame(rows)
-    thresholds = fit_thresholds(frame)
+    fit = fit_thresholds(frame)
+    thresholds = fit.thresholds
+    assert fit.kept == {}  # every rule had its fault among these records
     assert thresholds["starved_loader"] == pytest.approx(math.sqrt(0.05 / 0.95 * 3.0))  # geometric: a ratio
     assert thresholds["no_zero_grad"] == pytest.approx(0.5)  # arithmetic, a share: halfway between 0 and 1
     assert (verdicts(frame, RULES, thresholds).verdict == frame.diagnosis).all()
