@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from harness import torch_private
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median, read_scalars, zero_counts
 
@@ -49,9 +50,7 @@ class GradientCensus(Collector):
         if present:
             # One call per statistic for all the parameters: the same values as one tensor at a time, for a
             # fraction of the calls (a census on a small model costs about a step).
-            values = iter(
-                read_scalars([*torch._foreach_norm(present), *torch._foreach_max(torch._foreach_abs(present))])
-            )
+            values = iter(read_scalars([*torch_private.norms(present), *torch_private.largest_magnitudes(present)]))
             norm_values = [next(values) for _ in present]
             values = iter(zip(norm_values, values, zero_counts(present), strict=True))
         for grad in grads:
@@ -77,7 +76,7 @@ class GradientCensus(Collector):
                 "zero_shares": zero_shares,
                 "missing": missing,
                 "zero_share": zeros / elements if elements else math.nan,
-                "total_norm": total_norm if elements else math.nan,
+                "total_norm": total_norm if elements and not math.isnan(scale) else math.nan,  # NaN scale: unreadable
                 "accumulation": self._accumulation_ratio() if self.fresh_gradient else math.nan,
                 "depth_ratio": depth_ratio,
             }

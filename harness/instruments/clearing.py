@@ -11,6 +11,8 @@ zeroed in place and then added to (its version counter two or more ahead) is cle
 since the step (one ahead) may be one whose zeroing the counter does not see (grad.data.zero_()), so from then on
 the hook reads it exactly, before each step's first gradient is added: only the hook ever says "carried". A
 gradient that is a view (its counter shared with other tensors) or sparse is read by the hook from the start.
+Where torch's version counter cannot be read (harness/torch_private.py), a new tensor is still cleared, and a
+tensor kept since the step is read by the hook from then on, as one only added to is.
 """
 
 import math
@@ -20,6 +22,7 @@ from functools import partial
 import torch
 
 from harness.instruments.loop import Collector, Loop
+from harness.torch_private import drop_empty_hook_table, inplace_version, is_view
 
 
 def unhook(param: torch.Tensor, hook) -> None:
@@ -28,8 +31,7 @@ def unhook(param: torch.Tensor, hook) -> None:
     Autograd calls into Python for a table left empty too, at the cost of a hook (about 3% of a small model's step).
     """
     hook.remove()
-    if not param._backward_hooks:
-        param._backward_hooks = None
+    drop_empty_hook_table(param)
 
 
 class GradientClearing(Collector):
@@ -60,7 +62,7 @@ class GradientClearing(Collector):
         self._check_due = self._exact or not relearn
         if not self._exact and self._watched is not None:
             grad = self._watched.grad  # what the step followed: the next backward should find it gone or zeroed
-            self._grad_at_step = None if grad is None else (weakref.ref(grad), grad._version)
+            self._grad_at_step = None if grad is None else (weakref.ref(grad), inplace_version(grad))
 
     def _hook_every_gradient(self) -> None:
         """Hook every trained parameter, to learn which one's gradient arrives first (then only that one's)."""
@@ -99,15 +101,18 @@ class GradientClearing(Collector):
         grad, at_step = self._watched.grad, self._grad_at_step
         if grad is None:
             return  # no gradient reached it in this backward: look again after the next
-        if grad.is_sparse or grad._base is not None:
+        if grad.is_sparse or is_view(grad) is not False:  # no version counter of its own (or cannot tell)
             self._check_due = False
             self._read_exactly()
             return
         if at_step is not None and at_step[0]() is grad:
-            ahead = grad._version - at_step[1]
+            version = inplace_version(grad)
+            ahead = None if version is None else version - at_step[1]
             if ahead == 0:
                 return  # no gradient reached it in this backward
-            if ahead == 1:  # added to and not zeroed, or zeroed where the counter does not see it: the hook tells
+            # Added to and not zeroed, or zeroed where the counter does not see it, or no counter to read: the
+            # hook tells.
+            if ahead is None or ahead == 1:
                 self._check_due = False
                 self._read_exactly()
                 return

@@ -12,6 +12,7 @@ import torch
 
 from harness.instruments.loop import Collector, Loop, before_update
 from harness.instruments.signals import finite_median
+from harness.torch_private import norms
 
 CLIPPED = 1 - 1e-4  # a step whose gradient norm fell below this share of its norm after backward was clipped
 
@@ -45,7 +46,7 @@ class Clipping(Collector):
         grads = [p.grad for _, p in self.loop.named_params if p.grad is not None]
         if not grads:
             return math.nan
-        return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float()))
+        return float(torch.linalg.vector_norm(torch.stack(norms(grads)).float()))
 
     def close(self) -> None:
         self._step_hook.remove()

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from harness.batches import BatchLayout, to_device
+from harness.torch_private import unscaled_already
 
 
 class Loop:
@@ -68,14 +69,18 @@ class Loop:
         return to_device(inputs, next(self.model.parameters()).device)
 
     def grad_scale(self) -> float:
-        """What `.grad` is multiplied by now: the GradScaler's scale, until the loop has called unscale_ (else 1)."""
+        """What `.grad` is multiplied by now: the GradScaler's scale, until the loop has called unscale_ (else 1).
+
+        NaN where the scaler cannot say whether unscale_ ran (harness/torch_private.py: `unscaled_already`).
+        """
         if self.scaler is None:
             return 1.0
-        # Private, and the only way to ask: GradScaler records per optimizer whether unscale_ ran for this step
-        # (OptState.UNSCALED). A loop that calls after_backward after unscale_ then reads true gradients too.
-        state = self.scaler._per_optimizer_states.get(id(self.optimizer), {})
-        stage = state.get("stage")
-        if stage is not None and getattr(stage, "name", "") == "UNSCALED":
+        # A loop that calls after_backward after unscale_ reads true gradients too. Where the scaler cannot say
+        # whether unscale_ ran, .grad is not measurable: NaN rather than a gradient off by the scale.
+        unscaled = unscaled_already(self.scaler, self.optimizer)
+        if unscaled is None:
+            return math.nan
+        if unscaled:
             return 1.0
         scale = float(self.scaler.get_scale())
         return scale if scale > 0 else math.nan  # halved to 0 (every step skipped): nothing left to read

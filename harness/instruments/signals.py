@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from harness.batches import flat_rows, rows
+from harness.torch_private import norms
 
 SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
 
@@ -44,9 +45,7 @@ def zero_counts(tensors: list[torch.Tensor]) -> list[int]:
     """How many entries of each tensor are exactly 0, in one call where the count stays exact (float32 or wider)."""
     exact = [t.numel() < 1 << 24 and t.dtype in (torch.float32, torch.float64) for t in tensors]
     nonzero = iter(
-        read_scalars(torch._foreach_norm([t for t, e in zip(tensors, exact, strict=True) if e], 0))
-        if any(exact)
-        else []
+        read_scalars(norms([t for t, e in zip(tensors, exact, strict=True) if e], order=0)) if any(exact) else []
     )
     return [t.numel() - round(next(nonzero)) if e else int((t == 0).sum()) for t, e in zip(tensors, exact, strict=True)]
 

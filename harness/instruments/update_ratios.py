@@ -17,6 +17,7 @@ import torch
 from harness.instruments.census import GradientCensus
 from harness.instruments.loop import Collector, Loop, before_update
 from harness.instruments.signals import finite_median, read_scalars
+from harness.torch_private import copies, differences, norms
 
 
 class UpdateRatios(Collector):
@@ -46,7 +47,7 @@ class UpdateRatios(Collector):
     def _before_update(self, _optimizer) -> None:
         if self._due:
             with torch.no_grad():
-                self._weights_before = torch._foreach_mul([p for _, p in self.loop.named_params], 1.0)  # copies
+                self._weights_before = copies([p for _, p in self.loop.named_params])
             self._due = False
 
     def _after_update(self, _optimizer, _args, _kwargs) -> None:
@@ -54,9 +55,9 @@ class UpdateRatios(Collector):
             return
         with torch.no_grad():
             params = [param for _, param in self.loop.named_params]
-            moves = torch._foreach_norm(torch._foreach_sub(params, self._weights_before))
+            moves = norms(differences(params, self._weights_before))
             grads = [p.grad if p.grad is not None else torch.zeros((), device=p.device) for p in params]
-            values = read_scalars([*moves, *torch._foreach_norm(self._weights_before), *torch._foreach_norm(grads)])
+            values = read_scalars([*moves, *norms(self._weights_before), *norms(grads)])
         n = len(params)
         moves, scales, grad_norms = values[:n], values[n : 2 * n], values[2 * n :]
         self.first_norms = scales if self.first_norms is None else self.first_norms
