@@ -3,7 +3,9 @@
 Each gets a healthy run and a planted fault (a learning rate far too high) on a small model, and the callback
 must name them as the doctor names the same runs in a plain loop (tests/test_doctor_batches.py); the loop shapes
 these frameworks add (Lightning's optimizer.step(closure), gradient accumulation, a loss the framework divides
-or scales) must leave the measurements right or absent. Each library is an optional extra (`integrations` in
+or scales) must leave the measurements right or absent. A training that raises must leave no hook of the
+doctor's behind and the exception as it was; one resumed from a checkpoint must count its steps from the fit's
+first and keep what only the start measured. Each library is an optional extra (`integrations` in
 pyproject.toml, installed by `make setup`): where one is missing its tests skip.
 """
 
@@ -13,6 +15,7 @@ import math
 import os
 import statistics
 import sys
+from typing import ClassVar
 
 import pytest
 import torch
@@ -71,18 +74,36 @@ def lightning_module(pl, lr: float):
     return Digits
 
 
-def lightning_trainer(pl, doctor, steps: int, **trainer_kwargs):
-    """A quiet CPU Trainer for `steps` optimizer steps with the doctor's callback."""
+def lightning_trainer(pl, doctor, steps: int, checkpoints=None, **trainer_kwargs):
+    """A quiet CPU Trainer for `steps` optimizer steps with the doctor's callback.
+
+    `checkpoints`: a folder to save a checkpoint to every 50 steps (else none is saved).
+    """
+    saving = []
+    if checkpoints is not None:
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        saving = [ModelCheckpoint(dirpath=checkpoints, every_n_train_steps=50, save_top_k=-1)]
     return pl.Trainer(
         max_steps=steps,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(saving),
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
-        callbacks=[doctor],
+        callbacks=[doctor, *saving],
         **trainer_kwargs,
     )
+
+
+def digit_batches():
+    """The digits as whole batches of 64, shuffled.
+
+    Whole batches indexed at once: a DataLoader over tiny tensors indexing item by item waits for data longer
+    than the MLP computes, which the doctor would rightly call a starved loader.
+    """
+    data = TensorDataset(IMAGES, LABELS)
+    return DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data), 64, drop_last=True))
 
 
 def lightning_fit(pl, lr=1e-2, steps=200, batches=None, **trainer_kwargs):
@@ -91,15 +112,11 @@ def lightning_fit(pl, lr=1e-2, steps=200, batches=None, **trainer_kwargs):
 
     torch.manual_seed(0)
     module = lightning_module(pl, lr)
-    data = TensorDataset(IMAGES, LABELS)
-    # Whole batches indexed at once: a DataLoader over tiny tensors indexing item by item waits for data longer
-    # than the MLP computes, which the doctor would rightly call a starved loader.
-    loader = batches or DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data), 64, drop_last=True))
     doctor = DoctorCallback(
         nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)], model_factory=module, memorize_steps=100
     )
     trainer = lightning_trainer(pl, doctor, steps, **trainer_kwargs)
-    trainer.fit(module(), loader)
+    trainer.fit(module(), batches or digit_batches())
     return doctor
 
 
@@ -236,9 +253,10 @@ def hf():
     return pytest.importorskip("transformers")
 
 
-def tiny_bert(hf):
+def tiny_bert(hf, model_class=None):
     """A one-layer BERT classifier built from its config: 32 wide, 2 heads, nothing downloaded."""
     torch.manual_seed(0)
+    model_class = model_class or hf.BertForSequenceClassification
     config = hf.BertConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -248,31 +266,40 @@ def tiny_bert(hf):
         max_position_embeddings=LENGTH,
         num_labels=CLASSES,
     )
-    return hf.BertForSequenceClassification(config)
+    return model_class(config)
+
+
+def token_validation() -> list[dict]:
+    ids, labels = token_task(256, seed=99)
+    return [{"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}]
+
+
+def hf_trainer(hf, tmp_path, model, doctor, lr=1e-3, steps=300, train=None, **training_args):
+    """A quiet CPU Trainer of `model` on the token task (or `train`) with the doctor's callback, saving nothing."""
+    pytest.importorskip("accelerate")
+    settings = {
+        "output_dir": str(tmp_path),
+        "max_steps": steps,
+        "per_device_train_batch_size": 32,
+        "learning_rate": lr,
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "disable_tqdm": True,
+    }
+    args = hf.TrainingArguments(**{**settings, **training_args})
+    return hf.Trainer(model=model, args=args, train_dataset=train or Tokens(2048, seed=0), callbacks=[doctor])
 
 
 def hf_train(hf, tmp_path, lr=1e-3, steps=300, **training_args):
     """A Trainer run of the tiny BERT on the token task under the callback; returns the callback."""
-    pytest.importorskip("accelerate")
     from doctor.integrations.huggingface import DoctorTrainerCallback
 
-    ids, labels = token_task(256, seed=99)
-    validation = [{"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}]
-    doctor = DoctorTrainerCallback(validation=validation, model_factory=lambda: tiny_bert(hf), memorize_steps=100)
-    args = hf.TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=steps,
-        per_device_train_batch_size=32,
-        learning_rate=lr,
-        save_strategy="no",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-        **training_args,
+    doctor = DoctorTrainerCallback(
+        validation=token_validation(), model_factory=lambda: tiny_bert(hf), memorize_steps=100
     )
-    model = tiny_bert(hf)
-    hf.Trainer(model=model, args=args, train_dataset=Tokens(2048, seed=0), callbacks=[doctor]).train()
+    hf_trainer(hf, tmp_path, tiny_bert(hf), doctor, lr, steps, **training_args).train()
     return doctor
 
 
@@ -319,3 +346,242 @@ def test_hugging_face_label_smoothing_is_refused_in_one_line_and_training_goes_o
     assert doctor.report is None and "label_smoothing_factor" in doctor.cannot_judge
     assert doctor.report_dict()["verdict"] is None
     assert any("cannot judge this run" in r.getMessage() for r in caplog.records)
+
+
+# ----- A training that raises, and one resumed from a checkpoint -----------------------------------------------------
+class Planted(RuntimeError):
+    """The error a test model raises mid-training: it must reach the test as it was raised."""
+
+
+def hooks_left(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module) -> list[str]:
+    """Every hook on the model, its modules and parameters, the loss module and the optimizer's steps, by place.
+
+    The doctor's instruments hook the model's forward (harness/instruments/modes.py, outputs.py), the parameters'
+    gradients (clearing.py), the loss module (loss_targets.py) and the optimizer's step (optimizer_steps.py and
+    others); the callbacks hook the model's forward themselves. The models of these tests carry none of their own.
+    """
+    left = []
+    for name, module in [*model.named_modules(), ("loss", loss_fn)]:
+        for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            left += [f"{name or 'model'}.{kind}"] * len(getattr(module, kind))
+    for name, param in model.named_parameters():
+        left += [f"{name}._backward_hooks"] * len(param._backward_hooks or {})
+    for kind in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"):
+        left += [f"optimizer.{kind}"] * len(getattr(optimizer, kind))
+    if "forward" in vars(model):  # the Hugging Face callback's wrapper of the forward (huggingface.py, ForwardGuard)
+        left.append("model.forward")
+    return left
+
+
+def raising_at(base, step: int, hooks=None):
+    """A subclass of a model class whose training forward number `step` (from 1) raises Planted.
+
+    Just before raising it keeps `hooks(model)` in `hooks_then`: the hooks the doctor had on, which shows that the
+    check finds them. Each call makes a new class, so the class attributes are that model's alone.
+    """
+
+    class Raising(base):
+        forwards: ClassVar[int] = 0
+        raised: ClassVar[Planted | None] = None
+        hooks_then: ClassVar[list[str]] = []
+
+        def forward(self, *args, **kwargs):
+            if self.training and torch.is_grad_enabled():
+                Raising.forwards += 1
+                if Raising.forwards == step:
+                    Raising.hooks_then = hooks(self) if hooks is not None else []
+                    Raising.raised = Planted(f"planted at training forward {step}")
+                    raise Raising.raised
+            return super().forward(*args, **kwargs)
+
+    return Raising
+
+
+def test_lightning_fit_that_raises_leaves_no_hook_and_the_error_unchanged(pl):
+    from doctor.integrations.lightning import DoctorCallback
+
+    loss_fn = nn.CrossEntropyLoss()
+    doctor = DoctorCallback(loss_fn)
+    trainer = lightning_trainer(pl, doctor, 20)
+    failing = raising_at(lightning_module(pl, 1e-2), 5, lambda model: hooks_left(model, trainer.optimizers[0], loss_fn))
+    with pytest.raises(Planted) as raised:
+        trainer.fit(failing(), digit_batches())
+    assert raised.value is failing.raised  # the very exception, not wrapped
+    assert {"optimizer._optimizer_step_post_hooks", "loss._forward_pre_hooks"} <= set(failing.hooks_then)
+    assert hooks_left(trainer.lightning_module, trainer.optimizers[0], loss_fn) == []
+    assert doctor.report is None and doctor.doctor is None
+    assert doctor.report_dict()["verdict"] is None and "before its end" in doctor.report_dict()["cannot_judge"]
+
+
+def test_hugging_face_training_whose_model_raises_leaves_no_hook_and_the_error_unchanged(hf, tmp_path):
+    from doctor.integrations.huggingface import DoctorTrainerCallback
+
+    doctor = DoctorTrainerCallback()
+    failing = raising_at(
+        hf.BertForSequenceClassification,
+        5,
+        lambda model: hooks_left(model, trainer.optimizer.optimizer, doctor.loss_fn),
+    )
+    model = tiny_bert(hf, failing)
+    # remove_unused_columns would read the batch's keys off forward's signature, (*args, **kwargs) here.
+    trainer = hf_trainer(hf, tmp_path, model, doctor, steps=20, remove_unused_columns=False)
+    with pytest.raises(Planted) as raised:
+        trainer.train()
+    assert raised.value is failing.raised
+    assert {"model.forward", "model._forward_pre_hooks", "optimizer._optimizer_step_post_hooks"} <= set(
+        failing.hooks_then
+    )
+    assert hooks_left(model, trainer.optimizer.optimizer, doctor.loss_fn) == []
+    assert doctor.report is None and "before its end" in doctor.report_dict()["cannot_judge"]
+
+
+class RaisingTokens(Tokens):
+    """The token task whose example `at` raises Planted: a failure in the data, where no hook of the doctor is."""
+
+    def __init__(self, n: int, seed: int, at: int):
+        super().__init__(n, seed)
+        self.at = at
+
+    def __getitem__(self, index):
+        if index == self.at:
+            raise Planted(f"example {index} cannot be read")
+        return super().__getitem__(index)
+
+
+def test_hugging_face_training_that_raises_outside_the_model_is_let_go_by_close(hf, tmp_path):
+    # No hook of the doctor's sees a dataset fail: `with doctor:` (close() on the way out) takes the hooks off;
+    # without it, the next doctor callback to train the same model does.
+    from doctor.integrations.huggingface import DoctorTrainerCallback
+
+    model, failing_data = tiny_bert(hf), RaisingTokens(512, seed=0, at=200)
+    closed = DoctorTrainerCallback()
+    trainer = hf_trainer(hf, tmp_path, model, closed, steps=20, train=failing_data)
+    with pytest.raises(Planted), closed:
+        trainer.train()
+    assert hooks_left(model, trainer.optimizer.optimizer, closed.loss_fn) == [] and closed.doctor is None
+
+    left_on = DoctorTrainerCallback()
+    trainer = hf_trainer(hf, tmp_path, model, left_on, steps=20, train=failing_data)
+    with pytest.raises(Planted):
+        trainer.train()
+    assert hooks_left(model, trainer.optimizer.optimizer, left_on.loss_fn) != []  # watching a run that is over
+    following = DoctorTrainerCallback()
+    hf_trainer(hf, tmp_path, model, following, steps=3).train()
+    assert hooks_left(model, trainer.optimizer.optimizer, left_on.loss_fn) == [] and left_on.doctor is None
+    assert following.report is not None and following.report.steps == 3
+
+
+def resuming(test):
+    """Lightning's warnings on resuming mid-epoch from a plain DataLoader, into the folder the first fit saved to."""
+    test = pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch")(test)
+    return pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")(test)
+
+
+@resuming
+def test_lightning_fit_resumed_from_a_checkpoint_continues_the_count(pl, tmp_path):
+    # The first fit saves at steps 50 and 100, then fails at 120; the second resumes from step 100 to 200.
+    from doctor.integrations.lightning import DoctorCallback
+
+    def callback():
+        return DoctorCallback(nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)])
+
+    torch.manual_seed(0)
+    first = callback()
+    with pytest.raises(Planted):
+        lightning_trainer(pl, first, 200, checkpoints=tmp_path).fit(
+            raising_at(lightning_module(pl, 1e-2), 121)(), digit_batches()
+        )
+    saved = torch.load(tmp_path / "epoch=4-step=100.ckpt", weights_only=False)["callbacks"]["DoctorCallback"]
+    assert saved["steps"] == 100 and saved["start"]["first_loss"] == pytest.approx(math.log(10), rel=0.1)
+    resumed = callback()
+    trainer = lightning_trainer(pl, resumed, 200, checkpoints=tmp_path)  # saving on as the first fit did
+    trainer.fit(lightning_module(pl, 1e-2)(), digit_batches(), ckpt_path=tmp_path / "epoch=4-step=100.ckpt")
+    report = resumed.report
+    assert resumed.resumed_after == 100 and report.steps == 200 and "from 200 training steps" in str(report)
+    m = report.measurements
+    # The curves are the resumed part's; the first loss and the initial weights' measurements are the fit's start.
+    assert len(m["train_loss_curve"]) == 100 and m["train_loss_curve"][0] < 0.5
+    for name, value in saved["start"].items():
+        assert m[name] == pytest.approx(value, nan_ok=True), name
+    now = resumed.state_dict()  # what a checkpoint saved now carries: the count goes on, the start stays
+    assert now["steps"] == 200 and now["val_start"] == saved["val_start"]
+    assert now["start"] == pytest.approx(saved["start"], nan_ok=True)
+    assert report.verdict == "healthy", str(report)
+
+
+@resuming
+def test_lightning_fit_resumed_from_a_checkpoint_without_the_doctor_measures_no_start(pl, tmp_path, caplog):
+    from doctor.integrations.lightning import DoctorCallback
+
+    torch.manual_seed(0)
+    lightning_trainer(pl, pl.Callback(), 50, checkpoints=tmp_path).fit(lightning_module(pl, 1e-2)(), digit_batches())
+    (checkpoint,) = tmp_path.glob("*step=50.ckpt")
+    doctor = DoctorCallback(nn.CrossEntropyLoss())
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        trainer = lightning_trainer(pl, doctor, 100, checkpoints=tmp_path)
+        trainer.fit(lightning_module(pl, 1e-2)(), digit_batches(), ckpt_path=checkpoint)
+    assert any("holds no state of the doctor's" in r.getMessage() for r in caplog.records)
+    m = doctor.report.measurements
+    assert doctor.resumed_after == 0 and doctor.report.steps == 50
+    # Not the loss at step 50 posing as the untrained one, nor the trained weights as the initial ones.
+    assert math.isnan(m["first_loss"]) and math.isnan(m["dead_unit_share_init"])
+
+
+def test_hugging_face_training_resumed_from_a_checkpoint_continues_the_count(hf, tmp_path):
+    # The first training saves at steps 10 and 20 and fails at 25; the second resumes from step 20 to 40.
+    from doctor.integrations.huggingface import DoctorTrainerCallback
+
+    saving = {"save_strategy": "steps", "save_steps": 10, "remove_unused_columns": False}  # see above
+    first = DoctorTrainerCallback(validation=token_validation())
+    model = tiny_bert(hf, raising_at(hf.BertForSequenceClassification, 25))
+    with pytest.raises(Planted):
+        hf_trainer(hf, tmp_path, model, first, steps=40, **saving).train()
+    state = json.loads((tmp_path / "checkpoint-20" / "trainer_state.json").read_text())
+    saved = state["stateful_callbacks"]["DoctorTrainerCallback"]["attributes"]["_resumed"]
+    assert saved["steps"] == 20 and saved["start"]["first_loss"] == pytest.approx(math.log(CLASSES), rel=0.1)
+    resumed = DoctorTrainerCallback(validation=token_validation())
+    trainer = hf_trainer(hf, tmp_path, tiny_bert(hf), resumed, steps=40, **saving)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-20"))
+    report = resumed.report
+    assert resumed.resumed_after == 20 and report.steps == 40
+    assert len(report.measurements["train_loss_curve"]) == 20
+    for name, value in saved["start"].items():
+        assert report.measurements[name] == pytest.approx(value, nan_ok=True), name
+    now = resumed.state()["attributes"]["_resumed"]
+    assert now["steps"] == 40 and list(now["val_start"]) == saved["val_start"]
+    assert now["start"] == pytest.approx(saved["start"], nan_ok=True)
+
+
+def test_the_forward_guard_keeps_the_signature_follows_a_deepcopy_and_puts_back_what_was_there(hf):
+    # The Trainer reads forward's signature for the batch's columns; a copy of the model (an EMA, say) is not the
+    # watched run; accelerate's autocast wrapper, an instance attribute, must be there again after the run.
+    import copy
+    import inspect
+    from types import MethodType
+
+    from doctor.integrations.huggingface import ForwardGuard
+
+    model = tiny_bert(hf)
+    signature = inspect.signature(model.forward)
+    raised = []
+
+    class Watch:  # ForwardGuard keeps a weak reference to the method it calls
+        def raised(self):
+            raised.append(True)
+
+    watch = Watch()
+    for previous in (None, MethodType(type(model).forward, model)):
+        if previous is not None:
+            model.forward = previous  # as accelerate installs its wrapper
+        guard = ForwardGuard(model, watch.raised)
+        assert inspect.signature(model.forward) == signature and vars(model)["forward"] is not previous
+        twin = copy.deepcopy(model)
+        with pytest.raises(ValueError):  # BERT's own check: neither input_ids nor inputs_embeds
+            twin(input_ids=None)
+        assert raised == [] and twin.forward.__self__ is twin
+        with pytest.raises(ValueError) as error:
+            model(input_ids=None)
+        assert raised == [True] and "input_ids" in str(error.value)
+        guard.remove()
+        assert vars(model).get("forward") is previous
+        raised.clear()

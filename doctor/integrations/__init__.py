@@ -7,26 +7,99 @@ Each callback builds a Doctor (doctor/core.py) when training starts, feeds it ea
 backward pass through the framework's hooks, and at the end of training computes the report, logs it under the
 logger "doctor" and keeps it. This module holds what the two share and imports neither library, so that the
 doctor itself needs neither (they are the optional extra `integrations` of pyproject.toml).
+
+Two ways a fit stops short are shared too. A fit that raises gets no report, and the doctor's hooks come off the
+model, its parameters, the loss and the optimizer (`let_go`), so that they are left as they were. A fit saved to a
+checkpoint and resumed from it is one run: the checkpoint carries `Carried` (the steps watched so far and what
+only the run's start could measure), and the resumed part's report counts from the fit's first step.
 """
 
 import contextlib
+import dataclasses
 import logging
+import math
+import weakref
+from collections.abc import Mapping
+from types import MappingProxyType
 
-from doctor.core import CannotJudge, Doctor, Report
+from torch import nn
+
+from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose
 
 LOG = logging.getLogger("doctor")
+
+# The columns only a run's first steps can measure: the first loss (against ln C, and what the final loss is
+# compared with) and the activations and gradients on the initial weights (harness/instruments/losses.py,
+# activations.py, census.py). A part resumed from a checkpoint starts on trained weights, which must not be read
+# as the initialization (a rate too high that killed ReLU units would read as units dead at initialization).
+START_COLUMNS = (
+    "first_loss",
+    "dead_unit_share_init",
+    "saturated_share_init",
+    "activation_growth_init",
+    "grad_depth_ratio_init",
+)
+
+# The model each callback's doctor is watching: a callback starting on a model that another one still watches
+# (whose training raised where no hook of the doctor saw it) takes that one's hooks off first.
+WATCHING: "weakref.WeakKeyDictionary[nn.Module, Outcome]" = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """What a checkpoint carries of the doctor's watch, so that a fit resumed from it is reported as one run.
+
+    `steps`: backward passes watched from the fit's first step to the checkpoint. `start`: the START_COLUMNS as the
+    fit's first part measured them (empty where it had not: a checkpoint before the first step, or one saved by a
+    fit the doctor did not watch). `val_start`: the validation (loss, score) before the first step, if any. Only
+    plain numbers: Lightning pickles them into its checkpoint, the Trainer writes them to trainer_state.json.
+    """
+
+    steps: int = 0
+    start: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    val_start: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "start": dict(self.start), "val_start": self.val_start}
+
+    @classmethod
+    def from_dict(cls, saved: Mapping) -> "Carried":
+        val_start = saved.get("val_start")
+        return cls(int(saved["steps"]), dict(saved.get("start") or {}), tuple(val_start) if val_start else None)
+
+    def onto(self, observed: Observed) -> Observed:
+        """The resumed part's observation as the whole fit's: steps counted from the fit's first step, and the start.
+
+        The curves and the other measurements stay the resumed part's own (the doctor watched only it); the
+        start-of-run columns are the first part's, NaN where none was carried, never the resume point's.
+        """
+        start = {name: float(self.start.get(name, math.nan)) for name in START_COLUMNS}
+        return dataclasses.replace(
+            observed,
+            measurements=MappingProxyType({**observed.measurements, **start}),
+            steps=self.steps + observed.steps,
+            val_start=self.val_start,
+        )
 
 
 class Outcome:
     """What a callback keeps of the doctor's judgment: the report, or the one line saying why there is none.
 
     A run the doctor cannot judge (CannotJudge: a batch it cannot read, a task it does not cover) is logged as a
-    warning and the training goes on without the doctor: a diagnosis must never stop the user's run.
+    warning and the training goes on without the doctor: a diagnosis must never stop the user's run. A callback
+    subclassing it keeps the handles of the hooks it puts on the model itself in `self._hooks`.
     """
 
     doctor: Doctor | None = None
     report: Report | None = None  # set at the end of training
-    cannot_judge: str | None = None  # why there is no report, when the doctor refused the run
+    cannot_judge: str | None = None  # why there is no report: the doctor refused the run, or training stopped short
+    # Backward passes watched before the checkpoint this fit was last resumed from (None: not resumed).
+    resumed_after: int | None = None
+    _resumed: Carried | None = None  # loaded from a checkpoint, for the next start
+    _earlier: Carried | None = None  # the fit's parts before this doctor's (None: it watches from the first step)
+    _start_seen: Mapping[str, float] | None = None  # this doctor's START_COLUMNS, once measured
+    _final: Carried | None = None  # what a checkpoint saved after training ended carries
+    _hooks: list  # the callback's own hooks' handles, set in its __init__
 
     def report_dict(self) -> dict:
         """The report as a JSON-ready dict (Report.to_dict); {"verdict": None, "cannot_judge": why} without one."""
@@ -34,11 +107,44 @@ class Outcome:
             return self.report.to_dict()
         return {"verdict": None, "cannot_judge": self.cannot_judge or "training has not ended"}
 
-    def _start(self, doctor_factory) -> None:
-        """A new doctor for a new run: the last run's report and refusal are forgotten."""
-        self.report, self.cannot_judge, self.doctor = None, None, None
+    def close(self) -> None:
+        """Take the doctor's hooks off now if it is still watching: for a training that raised where no hook saw it.
+
+        A training that ended has none left; one that raised gets no report. `with callback: trainer.train()`
+        calls it on the way out.
+        """
+        if self.doctor is not None:
+            self._let_go("training stopped before its end: there is no report")
+
+    def __enter__(self) -> "Outcome":
+        return self
+
+    def __exit__(self, *_exception) -> None:
+        self.close()
+
+    def _start(self, doctor_factory, model: nn.Module, resumed: bool) -> None:
+        """A new doctor for a new run (or the next part of a resumed one): the last run's report is forgotten.
+
+        `resumed`: the framework resumes training from a checkpoint.
+        """
+        self.close()  # this callback's last run raised where no hook saw it
+        previous = WATCHING.get(model)
+        if previous is not None:
+            previous.close()  # another callback's run on this model did
+        self.report, self.cannot_judge, self.doctor, self._final, self._start_seen = None, None, None, None, None
+        if resumed and self._resumed is None:
+            LOG.warning(
+                "doctor: training resumes from a checkpoint that holds no state of the doctor's: the report counts"
+                " the steps from here, and what only the run's start measures (the first loss, the initial"
+                " weights) is not measured"
+            )
+        self._earlier = (self._resumed or Carried()) if resumed else None
+        self._resumed = None
+        self.resumed_after = self._earlier.steps if self._earlier is not None else None
         with self._judging():
             self.doctor = doctor_factory()
+        if self.doctor is not None:
+            WATCHING[model] = self
 
     @contextlib.contextmanager
     def _judging(self):
@@ -50,25 +156,79 @@ class Outcome:
 
     def _give_up(self, why: str) -> None:
         if self.cannot_judge is None:
-            self.cannot_judge = why
             LOG.warning("doctor: cannot judge this run: %s", why)
+        self._let_go(why)
+
+    def _let_go(self, why: str) -> None:
+        """The doctor's part in this run is over without a report: every hook off, the steps it watched kept."""
+        self._remove_hooks()
+        if self.cannot_judge is None:
+            self.cannot_judge = why
         if self.doctor is not None:
+            self._final = self._carry()
             let_go(self.doctor)
+            self._forget_doctor()
+
+    def _remove_hooks(self) -> None:
+        """The hooks the callback put on the model itself (the doctor's own come off in let_go)."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def _forget_doctor(self) -> None:
+        for model, watcher in list(WATCHING.items()):
+            if watcher is self:
+                del WATCHING[model]
         self.doctor = None
 
     def _conclude(self, log: bool = True) -> None:
         """The report at the end of training, logged: a warning unless healthy (a fault must be seen), else info."""
+        self._remove_hooks()
         if self.doctor is None:
             return
         with self._judging():
-            self.report = self.doctor.report()
-        self.doctor = None  # its hooks came off in report(); a later run builds a new one
+            observed = self.doctor.finish()  # its hooks come off here
+            self._final = self._carry(observed.measurements)
+            if self._earlier is not None:
+                observed = self._earlier.onto(observed)
+            self.report = diagnose(observed)
+        self._forget_doctor()  # a later run builds a new one
         if self.report is not None and log:
             level = logging.INFO if self.report.verdict == "healthy" else logging.WARNING
-            LOG.log(level, "doctor:\n%s", self.report)
+            resumed = "" if self.resumed_after is None else f" (resumed after {self.resumed_after} steps)"
+            LOG.log(level, "doctor%s:\n%s", resumed, self.report)
+
+    # ----- checkpoints --------------------------------------------------------------------------------------------
+    def _checkpoint_state(self) -> dict:
+        """What a checkpoint saved now carries (Carried.to_dict): the steps so far, and the fit's start."""
+        if self.doctor is None:
+            return (self._final or self._earlier or Carried()).to_dict()
+        if self._earlier is None and self._start_seen is None and self.doctor.steps > 0:
+            # Measured once: they are fixed after the first step. The snapshot's forwards run under no_grad, which
+            # the callbacks' hooks leave alone.
+            with self._judging():
+                self._start_seen = self.doctor.instruments.snapshot()
+        return self._carry().to_dict()
+
+    def _carry(self, measured: Mapping | None = None) -> Carried:
+        """The watch so far as a checkpoint carries it; `measured` holds this doctor's START_COLUMNS, if at hand."""
+        doctor, earlier = self.doctor, self._earlier
+        if earlier is not None:  # the fit's start was carried in: it stays
+            return Carried(earlier.steps + doctor.steps, earlier.start, earlier.val_start)
+        seen = measured if measured is not None else self._start_seen or {}
+        start = {name: float(seen[name]) for name in START_COLUMNS if name in seen}
+        return Carried(doctor.steps, start, doctor.val_start)
+
+    def _restore(self, saved: Mapping | None) -> None:
+        """A checkpoint's Carried.to_dict(), for the next start (a fit resumed from it)."""
+        self._resumed = Carried.from_dict(saved) if saved else None
 
 
 def let_go(doctor: Doctor) -> None:
-    """Take the doctor's hooks off the model and optimizer: Instruments.finish removes them before it measures."""
-    with contextlib.suppress(Exception):  # the hooks are off by then; what it would have measured is not wanted
-        doctor.instruments.finish()
+    """Take the doctor's hooks off the model, its parameters, the loss and the optimizer, and measure nothing.
+
+    Each instrument's close() removes its own hooks (harness/instruments/loop.py). Not Instruments.finish(): that
+    measures too, and after an exception (out of memory, say) measuring would run forwards on a failed run.
+    """
+    for instrument in doctor.instruments.collectors:
+        instrument.close()

@@ -16,24 +16,96 @@ doctor's own forwards are not training batches and are left alone.
 is the loss of a single-label classification head (AutoModelForSequenceClassification and the like with
 integer labels); regression, multi-label or token-level heads must pass their own. The doctor uses it to
 recompute a fresh gradient on census steps, to read the task, to evaluate `validation` and to memorize.
+
+A training that raises: a TrainerCallback hears of no exception (transformers 5 has no such event, and nothing of
+train() runs in a finally), so the callback takes the hooks off where an exception passes through code of its
+own. It wraps the model's forward for the run (`ForwardGuard`, as accelerate wraps it for autocast): whatever
+fails inside the model, the loss of a model given its labels included, and a KeyboardInterrupt during the
+forward, ends the watch on its way out. An exception out of the callback's hooks or the doctor's code does too.
+(torch's always_call forward hooks see a failed forward as well, but a hook cannot take the model's forward
+hooks off from in there: torch is iterating over them.) What fails elsewhere (the data, the optimizer, backward,
+another callback) leaves the hooks on until `callback.close()` (or `with callback: trainer.train()`), or until a
+doctor callback next starts training on the same model.
+
+Resuming: the callback is an ExportableState, so the Trainer writes its state() into each checkpoint's
+trainer_state.json (under "stateful_callbacks"). The Trainer restores such states only with
+restore_callback_states_from_checkpoint=True, and then by replacing the callback with a new one built from the
+JSON (the default loss, none of the user's keywords, not the object the user holds); so the callback restores
+itself in on_train_begin from the resumed TrainerState, which holds the same JSON whatever that flag says.
 """
 
+import functools
 import time
+import weakref
 from functools import partial
+from types import MethodType
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from doctor.core import CannotJudge, Doctor
-from doctor.integrations import Outcome
+from doctor.integrations import LOG, Outcome
 
 # What the Trainer adds to model(**batch) that is not the batch (it passes it to models whose forward takes
 # **kwargs, to normalize a loss over gradient accumulation).
 TRAINER_KWARGS = ("num_items_in_batch",)
 
 
-class DoctorTrainerCallback(Outcome, TrainerCallback):
+class ForwardGuard:
+    """The model's forward wrapped for a run: an exception out of it calls `raised()` first, then goes on unchanged.
+
+    Installed as accelerate installs its autocast wrapper: a method bound to the model over the underlying
+    function, so that a deepcopy of the model binds it to the copy (whose failures are not this run's), and with
+    the forward's own signature (functools.wraps), which the Trainer reads to pick the batch's columns. `remove()`
+    puts back what was there, unless something has wrapped the forward over it since; then it stays, passing
+    calls through.
+    """
+
+    def __init__(self, model: nn.Module, raised):
+        self.model = model
+        self.previous = model.__dict__.get("forward")  # an instance attribute (accelerate's wrapper), or None
+        forward = model.forward
+        underlying = getattr(forward, "__func__", None)
+        watched, notify = weakref.ref(model), weakref.WeakMethod(raised)  # a guard left behind holds neither
+
+        def guarded(module, *args, **kwargs):
+            try:
+                return underlying(module, *args, **kwargs) if underlying is not None else forward(*args, **kwargs)
+            except BaseException:
+                if module is watched() and notify() is not None:
+                    notify()()  # inside the forward: torch has not begun iterating over its forward hooks
+                raise
+
+        functools.update_wrapper(guarded, underlying if underlying is not None else forward)
+        self.installed = MethodType(guarded, model)
+        model.forward = self.installed
+
+    def remove(self) -> None:
+        if self.model.__dict__.get("forward") is not self.installed:
+            return  # already removed, or wrapped over since
+        if self.previous is None:
+            del self.model.forward
+        else:
+            self.model.forward = self.previous
+
+
+def ending_watch_on_error(hook):
+    """A hook of the callback's whose exception ends the doctor's watch before it goes on out of the forward."""
+
+    @functools.wraps(hook)
+    def guarded(self, *args):
+        try:
+            return hook(self, *args)
+        except BaseException:
+            self.close()
+            raise
+
+    return guarded
+
+
+class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
     """Watches a Hugging Face Trainer's training with the doctor; `report` (and `report_dict()`) once it has ended.
 
     `loss_fn(logits, labels)`: see the module docstring (default: cross entropy, single-label classification).
@@ -66,12 +138,16 @@ class DoctorTrainerCallback(Outcome, TrainerCallback):
                 )
             return Doctor(model, inner, self.loss_fn, scaler=scaler, **self.doctor_kwargs)
 
-        self._start(build)
+        resumed = state.global_step > 0  # the TrainerState was loaded from the checkpoint it resumes from
+        if resumed:
+            self._resume(args, state)
+        self._start(build, model, resumed)
         self._log = state.is_world_process_zero
         if self.doctor is not None:
             self._hooks = [
                 model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
                 model.register_forward_hook(self._after_forward, with_kwargs=True),
+                ForwardGuard(model, self._forward_raised),
             ]
         self._ready()
 
@@ -86,12 +162,23 @@ class DoctorTrainerCallback(Outcome, TrainerCallback):
     def _training(self, module) -> bool:
         return self.doctor is not None and not self._busy and torch.is_grad_enabled() and module.training
 
+    def _forward_raised(self) -> None:
+        """The model's forward raised: training is over, unless the forward was the doctor's own.
+
+        An exception in the doctor's own forward is the doctor's to handle; if it goes on out of the doctor's
+        code, _call ends the watch then.
+        """
+        if not self._busy:
+            self.close()
+
+    @ending_watch_on_error
     def _before_forward(self, module, _args, kwargs) -> None:
         if not self._training(module):
             return
         self._batch = {k: v for k, v in kwargs.items() if k not in TRAINER_KWARGS}
         self._call("see", self._batch, time.perf_counter() - self._ready_at)
 
+    @ending_watch_on_error
     def _after_forward(self, module, _args, kwargs, output) -> None:
         if not self._training(module) or self._batch is None:
             return
@@ -118,19 +205,38 @@ class DoctorTrainerCallback(Outcome, TrainerCallback):
             return
         self._busy = True
         try:
-            with self._judging():
+            with self._judging():  # a CannotJudge: the doctor gave up, and its hooks and these are off
                 getattr(self.doctor, method)(*args)
+        except BaseException:
+            # Any other exception goes on out of the model's forward or out of backward, and out of train().
+            self.close()
+            raise
         finally:
             self._busy = False
-        if self.doctor is None:  # it gave up: its hooks are off, take these off too
-            self._remove_hooks()
 
     # ----- training end: the report -------------------------------------------------------------------------------
     def on_train_end(self, args, state, control, **kwargs):
-        self._remove_hooks()
         self._conclude(log=self._log)
 
-    def _remove_hooks(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
+    # ----- checkpoints ---------------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        """What the Trainer writes to a checkpoint's trainer_state.json: the steps watched so far and the fit's start.
+
+        No "args": the callback's own (the loss, the validation batches) are no JSON; `_resumed` is the attribute
+        the state is restored to.
+        """
+        return {"args": {}, "attributes": {"_resumed": self._checkpoint_state()}}
+
+    def _resume(self, args, state) -> None:
+        """Continue from the state a callback of this class saved in the checkpoint (the first, if several did)."""
+        saved = (state.stateful_callbacks or {}).get(type(self).__name__)  # the key the Trainer saves it under
+        if isinstance(saved, list):
+            saved = saved[0] if saved else None
+        if saved and args.restore_callback_states_from_checkpoint:
+            LOG.warning(
+                "doctor: restore_callback_states_from_checkpoint=True made the Trainer replace the doctor's callback"
+                " by %s() rebuilt from the checkpoint: the default loss, no validation, and the object you hold gets"
+                " no report. Leave it False: the callback resumes itself",
+                type(self).__name__,
+            )
+        self._restore((saved or {}).get("attributes", {}).get("_resumed"))

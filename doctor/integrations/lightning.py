@@ -22,6 +22,10 @@ optimizer.step(closure), after the optimizer's step pre-hook; the instruments th
 gradient's norm at the step, the weights before the update) after the closure has run, just before the update
 (harness/instruments/loop.py, `before_update`), so every measurement is what a plain loop gets. Tested with
 lightning 2.6; the older package name pytorch_lightning is used when lightning is not installed.
+
+A fit that raises calls on_exception, which takes every hook off and leaves no report. The callback's
+state_dict() goes into Lightning's checkpoints: a fit resumed with fit(..., ckpt_path=...) continues the count
+of steps and keeps what only the fit's start measured (doctor/integrations/__init__.py, `Carried`).
 """
 
 import time
@@ -34,7 +38,7 @@ except ImportError:  # the package's older name
     from pytorch_lightning import Callback
 
 from doctor.core import CannotJudge, Doctor
-from doctor.integrations import LOG, Outcome, let_go
+from doctor.integrations import LOG, Outcome
 
 
 class DoctorCallback(Outcome, Callback):
@@ -51,7 +55,7 @@ class DoctorCallback(Outcome, Callback):
         self._loss: torch.Tensor | None = None  # the loss on_before_backward saw, as computed
         self._ready_at = 0.0  # when the loop was last ready for a batch: waiting for one starts then
         self._forward_seen = False
-        self._forward_hook = None
+        self._hooks: list = []  # the hook that looks at the first training forward, until the first backward
 
     # ----- fit start: the doctor around the module and the optimizer ------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -63,10 +67,12 @@ class DoctorCallback(Outcome, Callback):
                 raise CannotJudge(f"the doctor watches one optimizer and this module configures {len(optimizers)}")
             return Doctor(pl_module, optimizers[0], self.loss_fn, scaler=self._scaler, **self.doctor_kwargs)
 
-        self._start(build)
+        # A fit resumed from a checkpoint has its ckpt_path; Lightning has restored the callback's state_dict
+        # (load_state_dict) by now, and restores global_step only after on_fit_start.
+        self._start(build, pl_module, resumed=bool(trainer.ckpt_path))
         self._forward_seen = False
         if self.doctor is not None:
-            self._forward_hook = pl_module.register_forward_hook(self._training_forward)
+            self._hooks = [pl_module.register_forward_hook(self._training_forward)]
         self._ready_at = time.perf_counter()
 
     def _training_forward(self, module, _inputs, _output) -> None:
@@ -103,12 +109,12 @@ class DoctorCallback(Outcome, Callback):
     def on_after_backward(self, trainer, pl_module) -> None:
         if self.doctor is None or self._loss is None:
             return
-        if not self._forward_seen and self._forward_hook is not None:
+        if not self._forward_seen and self._hooks:
             LOG.warning(
                 "doctor: training_step did not call the LightningModule itself (self(x)): the checks read from the"
                 " training forward (the task, a softmax before the loss, train/eval mode) are missing"
             )
-        self._remove_forward_hook()  # looked at once: the first backward follows the first forward
+        self._remove_hooks()  # looked at once: the first backward follows the first forward
         loss, self._loss = self._loss, None
         with self._judging():
             self.doctor.after_backward(loss)
@@ -118,18 +124,21 @@ class DoctorCallback(Outcome, Callback):
 
     # ----- fit end: the report -------------------------------------------------------------------------------------
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        """A fit that failed gets no report; the hooks come off, so that the module is left as it was."""
-        self._remove_forward_hook()
-        if self.doctor is not None:
-            let_go(self.doctor)
-            self.doctor = None
+        """A fit that failed gets no report; the hooks come off, so that the module is left as it was.
 
-    def _remove_forward_hook(self) -> None:
-        if self._forward_hook is not None:
-            self._forward_hook.remove()
-            self._forward_hook = None
+        Lightning calls it for any exception out of fit (KeyboardInterrupt included), then raises it on unchanged.
+        """
+        self.close()
 
     def on_fit_end(self, trainer, pl_module) -> None:
         """Compute, keep and log the report."""
-        self._remove_forward_hook()
         self._conclude(log=trainer.is_global_zero)
+
+    # ----- checkpoints ---------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """What Lightning saves of the callback in a checkpoint: the steps watched so far and the fit's start."""
+        return self._checkpoint_state()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """From a checkpoint a fit resumes from: the next on_fit_start continues from it."""
+        self._restore(state_dict)
