@@ -9,9 +9,9 @@ off and its fallback takes over.
 shows the fallback gives the same measurements, or degrades as said below.
 
 Checked on torch 2.13.0 (the CPU build `make setup` installs: every test) and 2.14.1 (the CUDA build this
-machine keeps on disk, run on the CPU: tests/test_torch_private.py, test_instruments.py, test_doctor_bad_input.py
-and test_doctor.py), where every check below finds its feature. No older release was run (pyproject.toml says
-why); the checks and fallbacks are what should carry the code there, and are themselves tested, on 2.13.0.
+machine keeps on disk, run on the CPU: the fast tests), where every check below finds its feature. No older
+release was run (pyproject.toml says why); the checks and fallbacks are what should carry the code there, and
+are themselves tested, on 2.13.0.
 
 Fused over a list of tensors: speed only, one call instead of a Python loop of calls (on CUDA a few kernel
 launches instead of one per parameter). On the CPU torch runs each of these as a loop of the per-tensor op,
