@@ -47,6 +47,7 @@ from transformers.trainer_callback import ExportableState
 
 from doctor.core import CannotJudge, Doctor
 from doctor.integrations import LOG, Outcome
+from harness.torch_private import queue_after_backward
 
 # What the Trainer adds to model(**batch) that is not the batch (it passes it to models whose forward takes
 # **kwargs, to normalize a loss over gradient accumulation).
@@ -197,7 +198,13 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
         logits.register_hook(partial(self._gradient_reached_output, loss.detach()))
 
     def _gradient_reached_output(self, loss: torch.Tensor, _grad: torch.Tensor) -> None:
-        torch.autograd.Variable._execution_engine.queue_callback(partial(self._call, "after_backward", loss))
+        if not queue_after_backward(partial(self._call, "after_backward", loss)):
+            # No way, in this torch, to run once the whole backward pass has ended: rather than read gradients
+            # half filled, or after the Trainer clipped them, the doctor gives up on this run (it says so).
+            self._give_up(
+                "this torch's autograd engine offers no queue for a callback after backward (harness/torch_private.py"
+                "); the Hugging Face callback needs one: use the plain loop's three lines (docs/doctor.md)"
+            )
 
     def _call(self, method: str, *args) -> None:
         """A doctor method, its own forward passes left alone; a CannotJudge ends the doctor's part in the run."""

@@ -39,6 +39,7 @@ except ImportError:  # the package's older name
 
 from doctor.core import CannotJudge, Doctor
 from doctor.integrations import LOG, Outcome
+from harness.torch_private import grad_scaler_scale
 
 
 class DoctorCallback(Outcome, Callback):
@@ -100,7 +101,7 @@ class DoctorCallback(Outcome, Callback):
         if self._scaler is not None and self._scaler.is_enabled():
             # Lightning scales the loss before this hook; the scale as a tensor needs no host-device sync
             # (get_scale() would wait for the GPU every step).
-            scale = self._scaler._scale if torch.is_tensor(getattr(self._scaler, "_scale", None)) else None
+            scale = grad_scaler_scale(self._scaler)
             loss = loss / (scale if scale is not None else self._scaler.get_scale())
         if pl_module.automatic_optimization and trainer.accumulate_grad_batches > 1:
             loss = loss * trainer.accumulate_grad_batches  # training_step's loss was divided by it for backward
