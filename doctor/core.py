@@ -56,14 +56,14 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from analysis.checks.numerics import AMP_STEPS_SKIPPED
+from analysis.checks.numerics import AMP_STEPS_SKIPPED, NEXT_STEPS
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
 from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
 from doctor.machine import Checklist, bigger_machine, memory_line
-from doctor.nonfinite import NEXT_STEPS, READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch, Origin
+from doctor.nonfinite import READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch, Origin
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows, fit_capacity, memorize

@@ -25,36 +25,20 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from analysis.checks.numerics import NONFINITE_LOSS
+from analysis.features import FEATURES
+from analysis.rules import RULES
 from harness.batches import tensors, to_device
 from harness.torch_private import flag_nonfinite
 
-VERDICT = "nonfinite_loss"
-
-# What to look at, by what was non-finite first.
-NEXT_STEPS = {
-    "inputs": "the data: find the NaN/inf in the inputs (a missing value, a division by a zero standard deviation in"
-    " the normalization, a corrupt file) and fix or drop those examples; torch.isfinite(x).all() on each batch"
-    " finds them",
-    "weights at initialization": "the initialization: custom init code produced NaN/inf weights (a division by a zero"
-    " fan-in, a NaN scale, weights loaded from a broken checkpoint)",
-    "weights": "the optimizer's update: it made the weights non-finite from finite gradients; lower the learning rate,"
-    " check the optimizer's settings (eps=0, a huge weight decay or momentum), or clip gradients",
-    "gradients": "the backward pass: an operation with an infinite derivative (sqrt or norm at 0, log or pow near 0) or"
-    " an overflow; lower the rate and clip gradients (torch.nn.utils.clip_grad_norm_), and run one step under"
-    " torch.autograd.set_detect_anomaly(True) to name the operation",
-    "outputs": "the model's forward: it overflowed on finite inputs and weights (exp, division or log in forward,"
-    " activations growing layer after layer, weights grown by a rate too high); check the initialization, lower the"
-    " rate, add normalization or clip gradients",
-    "outputs or loss": "the model's forward or the loss function: look for exp, division or log in either, and for"
-    " weights grown by a rate too high",
-    "loss": "the loss function: it returned NaN/inf on finite outputs (log of 0, e.g. log(softmax) instead of"
-    " log_softmax, a division by zero, sqrt of a negative); add an epsilon or use the stable built-in"
-    " (cross_entropy on logits)",
-}
+VERDICT = NONFINITE_LOSS.verdict  # the check (analysis/checks/numerics.py): its sentence, and NEXT_STEPS by origin
 
 # The fitted rules that read the trained model's accuracy: a model that outputs NaN has none, so on a non-finite
 # run they are not judged (the others measure the loop's mechanics, and may say why it went non-finite).
-READS_TRAINED_ACCURACY = ("shuffled_labels", "overfitting", "model_too_small")
+# They are the rules whose feature is computed from a trained accuracy column (each feature declares its columns).
+READS_TRAINED_ACCURACY = tuple(
+    rule.verdict for rule in RULES if {"final_val_acc", "final_train_acc"} & set(FEATURES[rule.feature].reads)
+)
 
 
 @dataclass(frozen=True)
@@ -74,9 +58,14 @@ class Origin:
 
     def evidence(self, steps: int, nonfinite_losses: int) -> str:
         """The finding's evidence sentence; `steps` and `nonfinite_losses` are counted over the whole run."""
-        first = f"the training loss was first {_kind(self.loss_value)} at step {self.loss_step}"
-        count = f"{nonfinite_losses} of {steps} training losses were NaN or inf"
-        return f"{first} ({count}); non-finite first: the {self.what}: {self.detail}"
+        return NONFINITE_LOSS.evidence.format(
+            first_value=_kind(self.loss_value),
+            loss_step=self.loss_step,
+            value=nonfinite_losses,
+            steps=steps,
+            what=self.what,
+            detail=self.detail,
+        )
 
 
 def _kind(value: float) -> str:
