@@ -3,7 +3,7 @@
 A family module (loop.py, parameters.py, schedule.py, outputs.py, initialization.py, data.py, capacity.py, ...)
 defines its checks (analysis/checks/base.py: `Check`; evidence.py: the named values their sentences show) and
 lists them in a module-level `CHECKS` tuple. Every other module of this package is read, so a new family is a new
-file and nothing else. From the checks come:
+file and nothing else; modules kept elsewhere are named in the DOCTOR_CHECKS environment variable. From the checks come:
 
 - `CHECKS`: all of them in their order;
 - `FITTED`: those whose threshold `make fit` fits (analysis/rules.py's `RULES`, in the same order);
@@ -16,6 +16,7 @@ recipe parts here too. Orders must differ: two checks at one place raise at impo
 """
 
 import importlib
+import os
 import pkgutil
 
 from analysis.checks.base import HEALTHY, UNEXPLAINED, Check, Harm
@@ -26,17 +27,31 @@ UNEXPLAINED_PARTS = ("train", "loss", "optimizer")
 
 
 SUPPORT = ("base", "evidence")  # the modules that define what a check is, not checks
+# Check modules kept outside this package: importable module names, comma-separated (a user's own checks, kept
+# out of the repository, or a test's throwaway one). They are read after the family modules, with the same refusals.
+EXTRA_MODULES = "DOCTOR_CHECKS"
 
 
-def collect(paths=None, package: str = __name__) -> tuple[Check, ...]:
+def collect(paths=None, package: str = __name__, extra: str | None = None) -> tuple[Check, ...]:
     """Every family module's CHECKS (the modules of `paths`, default this package's), in order.
 
-    A clash of order or verdict raises, naming the two checks.
+    `extra`: more module names, comma-separated (None: the DOCTOR_CHECKS environment variable). A clash of order
+    or verdict raises, naming the two checks; so does an extra module that cannot be imported or has no CHECKS.
     """
+    names = [f"{package}.{m.name}" for m in pkgutil.iter_modules(__path__ if paths is None else paths)]
+    extra = os.environ.get(EXTRA_MODULES, "") if extra is None else extra
+    extras = [n.strip() for n in extra.split(",") if n.strip()]
     found: list[Check] = []
-    for module in pkgutil.iter_modules(__path__ if paths is None else paths):
-        if module.name not in SUPPORT:
-            found += importlib.import_module(f"{package}.{module.name}").CHECKS
+    for name in [n for n in names if n.rsplit(".", 1)[-1] not in SUPPORT] + extras:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            if name not in extras:
+                raise
+            raise ImportError(f"check module {name} ({EXTRA_MODULES}={extra!r}) cannot be imported: {error}") from error
+        if not isinstance(getattr(module, "CHECKS", None), tuple):
+            raise ValueError(f"check module {name} has no CHECKS tuple: list its checks as CHECKS = (...)")
+        found += module.CHECKS
     by_order, by_verdict = {}, {}
     for check in found:
         for seen, key in ((by_order, check.order), (by_verdict, check.verdict)):
