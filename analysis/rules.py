@@ -30,6 +30,7 @@ the planted fault.
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +207,12 @@ def load_thresholds(steps: int | None = None, path: str | Path = THRESHOLDS_FILE
         raise FileNotFoundError(f"no fitted thresholds at {path}: `make fit` writes them from the records")
     by_budget = {int(b): t for b, t in json.loads(path.read_text())["budgets"].items()}
     budget = max(by_budget) if steps is None else nearest_budget(steps, list(by_budget))
+    unfitted = [rule.verdict for rule in RULES if rule.verdict not in by_budget[budget]]
+    if unfitted:  # a check added since the last fit: said, not silently never judged
+        warnings.warn(
+            f"not judged until `make fit` fits their thresholds ({path.name} has none): {', '.join(unfitted)}",
+            stacklevel=2,
+        )
     return {verdict: float(value) for verdict, value in by_budget[budget].items()}
 
 
@@ -382,7 +389,7 @@ def rules_table(thresholds_path: str | Path = THRESHOLDS_FILE) -> str:
             "needs harm" if rule.needs_harm else "on its own",
             f"{feature.sentence} (`{rule.feature}`) {sign} threshold",
             feature.normalized_by,
-            *(f"{by_budget[b][rule.verdict]:.3g}" for b in budgets),
+            *(f"{by_budget[b][rule.verdict]:.3g}" if rule.verdict in by_budget[b] else "not fitted" for b in budgets),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     gate = FEATURES[OUTCOME_GATE.feature]

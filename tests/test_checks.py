@@ -115,3 +115,20 @@ def test_the_evidence_values_are_made_once_and_only_when_a_sentence_asks():
     assert "forecast_line" not in made._made  # the curve fit never ran: no sentence asked for it
     with pytest.raises(KeyError):
         made["first_loss"]  # a measurement this run does not have
+
+
+def test_a_check_without_a_fitted_threshold_is_said_not_judged_until_make_fit(tmp_path):
+    import json
+
+    from analysis.rules import THRESHOLDS_FILE, load_thresholds, rules_table
+
+    document = json.loads(THRESHOLDS_FILE.read_text())
+    for thresholds in document["budgets"].values():
+        del thresholds["label_noise"]  # as if label_noise had been added since the last fit
+    older = tmp_path / "thresholds.json"
+    older.write_text(json.dumps(document))
+    with pytest.warns(UserWarning, match=r"not judged until `make fit` fits their thresholds .*: label_noise$"):
+        assert "label_noise" not in load_thresholds(600, older)
+    with pytest.warns(UserWarning):
+        row = next(line for line in rules_table(older).splitlines() if "`label_noise`" in line)
+    assert row.endswith("| not fitted | not fitted | not fitted | not fitted | not fitted |")
