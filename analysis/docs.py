@@ -8,7 +8,8 @@ runs that check, so a fault file, rule, feature or record column changed without
 - docs/rules.md: the ordered checks, what each reads and is normalized by, and their fitted thresholds
   (analysis/checks/ and analysis/thresholds.json);
 - docs/features.md: every feature the rules (and the naive rules) read (analysis/features.py);
-- docs/records.md: every column of a record, its type and meaning (harness/records.py).
+- docs/records.md: every column of a record, its type and meaning, where it is declared and whether each step
+  budget keeps it (harness/columns.py, harness/records.py).
 """
 
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from omegaconf import OmegaConf
 
 from analysis.features import FEATURES_LIST, NAIVE_FEATURES_LIST
 from analysis.rules import RULES, rules_table
+from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
 from harness.records import SCHEMA, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,18 +138,22 @@ def features_page() -> str:
 
 
 def records_page() -> str:
-    """docs/records.md: every column of a record, with its type and meaning."""
-    text = _header("The records", "harness/records.py (the pyarrow schema)")
+    """docs/records.md: every record column's type and meaning, whether step budgets keep it, who declares it."""
+    text = _header("The records", "the columns' declarations (harness/columns.py assembles them)")
     text += [
         f"One parquet file per cell, schema version {SCHEMA_VERSION}; `pandas.read_parquet(folder)` reads a whole"
-        " grid.",
+        " grid. Each column is declared by the module that produces it; a column kept per step budget is also"
+        " measured at every step budget reached, into `checkpoints`.",
         "",
-        "| column | type | meaning |",
-        "|---|---|---|",
+        "| column | type | meaning | per step budget | declared in |",
+        "|---|---|---|---|---|",
     ]
+    kept = set(CHECKPOINT_COLUMNS)
     for field in SCHEMA:
         doc = (field.metadata or {}).get(b"doc", b"").decode()
-        text.append(f"| `{field.name}` | {_cell(field.type)} | {_cell(doc)} |")
+        where = DECLARED_IN.get(field.name, "harness/records.py")  # only `checkpoints` is the schema's own
+        budget = "yes" if field.name in kept else ""
+        text.append(f"| `{field.name}` | {_cell(field.type)} | {_cell(doc)} | {budget} | {_cell(where)} |")
     return "\n".join(text) + "\n"
 
 

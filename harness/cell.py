@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
+from harness.column import F64, I32, I64, STR, TIMESTAMP, Column, list_of
 from harness.data import RelativeStall, Splits, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments, fit_capacity, memorize
@@ -37,6 +38,37 @@ from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, reci
 from harness.reference import EMPTY as NO_REFERENCE
 from harness.reference import reference_fit
 from harness.timing import DeviceClock, NoClock
+
+# The columns `run_cell` and `measure` set themselves: what was run, on what, and how big the data was.
+COLUMNS = (
+    Column("cell_id", STR, "readable key plus a hash of the resolved recipe"),
+    Column("fault", STR, "the condition planted, as a label: its conf/fault/ option name (names joined by + for two)"),
+    Column("faults", list_of(STR), "the conf/fault/ options planted: one, or two at once"),
+    Column(
+        "diagnosis",
+        STR,
+        "the verdict the rules should give when one fault is planted (null for two); scoring only",
+    ),
+    Column("verdicts", list_of(STR), "the verdicts that should name the planted faults, one per fault; scoring only"),
+    Column("severity", STR, "size of the planted fault: mild, planted or extreme (none for the healthy controls)"),
+    Column("dataset", STR, "conf/dataset/ option name"),
+    Column("model", STR, "conf/model/ option name"),
+    Column("seed", I64, "seed of the split, initialization, batch order and probes"),
+    Column("device", STR, "cpu or cuda"),
+    Column("status", STR, "ok, failed or skipped"),
+    Column("error", STR, "why the cell failed or was skipped; null when ok"),
+    Column("schema_version", I32, "version of this schema"),
+    Column("started_at", TIMESTAMP, "when the cell started"),
+    Column("wall_s", F64, "seconds the whole cell took"),
+    Column("torch_version", STR, "torch.__version__"),
+    Column("python_version", STR, "platform.python_version()"),
+    Column("host", STR, "machine that ran the cell"),
+    Column("device_name", STR, "GPU name, or the CPU architecture"),
+    Column("threads", I64, "torch threads the cell ran with"),
+    Column("config_yaml", STR, "the resolved recipe (config without run.*) as YAML"),
+    Column("n_train", I64, "training examples"),
+    Column("n_val", I64, "validation examples"),
+)
 
 # Measurements that must be finite numbers in an ok record: if one is not, the harness itself misbehaved.
 REQUIRED_FINITE = ("first_loss", "ln_classes", "data_wait_share", "final_train_acc", "final_val_acc")

@@ -1,6 +1,7 @@
 """Records: one parquet file per cell, in one flat folder, all written with one explicit, versioned schema.
 
-The columns are declared in harness/columns.py (name, kind, meaning); this module turns them into that schema.
+The columns are declared by the modules that produce them and assembled in harness/columns.py (name, kind, meaning,
+whether each step budget keeps it); this module turns that table into the schema.
 
 `pandas.read_parquet(folder)` loads a whole grid in one call. Files are written under a temporary name that
 starts with "." (which parquet readers skip) and renamed into place, so a reader never meets a partial file.
@@ -26,7 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-from harness.columns import BOOL, CHECKPOINT_COLUMNS, COLUMNS, F64, I32, I64, STR, TIMESTAMP
+from harness.column import BOOL, F64, I32, I64, STR, TIMESTAMP
+from harness.columns import CHECKPOINT_COLUMNS, COLUMNS
 
 SCHEMA_VERSION = 15  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
@@ -43,7 +45,7 @@ _ARROW[TIMESTAMP] = pa.timestamp("us", tz="UTC")
 
 
 def arrow_type(kind: str) -> pa.DataType:
-    """The pyarrow type of a column kind declared in harness/columns.py (a name, or `list<name>`)."""
+    """The pyarrow type of a column kind (harness/column.py: a name, or `list<name>`)."""
     if kind.startswith("list<") and kind.endswith(">"):
         return pa.list_(_ARROW[kind[len("list<") : -1]])
     return _ARROW[kind]

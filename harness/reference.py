@@ -42,9 +42,30 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from harness.column import F64, I64, Column, list_of
+
 if TYPE_CHECKING:  # scikit-learn is loaded when a reference is fitted, so `import doctor` does not load it
     from sklearn.linear_model import RidgeClassifier
     from sklearn.neighbors import KNeighborsClassifier
+
+# What `reference_fit` returns (EMPTY where there is nothing to fit), from the first training examples and validation.
+COLUMNS = (
+    Column("baseline_val_acc", F64, "validation accuracy of always answering the most frequent training label"),
+    Column("reference_val_acc", F64, "best validation accuracy of a ridge classifier and 5-NN on the same examples"),
+    Column("reference_train_acc", F64, "the ridge classifier's accuracy on its own training examples"),
+    Column("reference_linear_val_acc", F64, "the ridge classifier's validation accuracy"),
+    Column("reference_loo_acc", F64, "5-NN leave-one-out accuracy on the reference's training examples"),
+    Column("reference_knn_val_acc", F64, "5-NN accuracy on validation, trained on those examples"),
+    Column("prior_shift", F64, "most under-represented training class: its validation share over its training share"),
+    Column("reference_examples", I64, "distinct training examples the references were fitted on"),
+    Column("reference_val_examples", I64, "held-out examples the references were scored on"),
+    Column(
+        "data_curve_examples",
+        list_of(I64),
+        "data learning curve: training examples the references were refitted on",
+    ),
+    Column("data_curve_val_acc", list_of(F64), "data learning curve: the references' validation accuracy at each size"),
+)
 
 MAX_FEATURES = 512
 CURVE_SHARES = (1 / 8, 1 / 4, 1 / 2)  # the smaller shares of the data learning curve; the whole set is the last

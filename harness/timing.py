@@ -17,6 +17,20 @@ import time
 import psutil
 import torch
 
+from harness.column import F64, I64, Column
+
+# What `DeviceClock.finish` returns (NoClock: nothing), after loop.timing_warmup steps.
+COLUMNS = (
+    Column("step_time_s", F64, "seconds per training step, synchronized with the GPU"),
+    Column("copy_share", F64, "share of the loop spent copying batches to the device"),
+    Column(
+        "gpu_busy_share",
+        F64,
+        "GPU time from the start to the end of each step over wall time (upper bound); NaN on CPU",
+    ),
+    Column("peak_memory_bytes", I64, "CUDA peak allocation; on the CPU, the process's largest resident set seen"),
+)
+
 
 class DeviceClock:
     """Times the steps of one loop on `device`; see the module docstring for what it measures."""

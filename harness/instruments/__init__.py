@@ -29,7 +29,8 @@ The modules, each with one job:
 
 - observer.py: `Instruments`, the object the loop talks to: it composes the collectors and merges their columns.
 - loop.py: `Loop`, what the collectors share of the observed loop, and `Collector`, what each one is.
-- One collector per measurement, each with its own hooks and its own columns: losses.py (loss curve, spikes,
+- One collector per measurement, each with its own hooks and its own columns (declared in its `COLUMNS`,
+  which the record's table is assembled from: harness/columns.py): losses.py (loss curve, spikes,
   validation), data_wait.py, probe.py (the probe batch, input RMS), activations.py (dead and saturated units),
   outputs.py (task, loss, probability rows, confident disagreement, output reach), modes.py (train/eval mode),
   labels.py (class mix), examples.py (kept for the reference fit), census.py (gradients), update_ratios.py,

@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from harness.column import F64, Column, list_of
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.probe import Probe
 from harness.instruments.signals import activation_census
@@ -21,6 +22,30 @@ def not_measured() -> dict:
 
 class Activations(Collector):
     """The activation census at the first step and now, on the probe batch."""
+
+    COLUMNS = (
+        Column(
+            "dead_unit_share_init",
+            F64,
+            "share of ReLU units never active on the probe batch, at initialization",
+            per_budget=True,
+        ),
+        Column("dead_unit_share", F64, "the same after training", per_budget=True),
+        Column("dead_unit_share_layers", list_of(F64), "after training, per ReLU module"),
+        Column(
+            "saturated_share_init",
+            F64,
+            "share of Tanh/Sigmoid outputs within 1% of their bounds, at initialization",
+            per_budget=True,
+        ),
+        Column("saturated_share", F64, "the same after training", per_budget=True),
+        Column(
+            "activation_growth_init",
+            F64,
+            "RMS of the last activation module's output over the first's, at init",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop, probe: Probe):
         self.loop, self.probe = loop, probe

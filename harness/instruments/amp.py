@@ -7,12 +7,29 @@ between two reads count the steps skipped. Without a scaler every column is NaN.
 
 import math
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.optimizer_steps import OptimizerSteps
 
 
 class AmpScale(Collector):
     """The scale at each census, and the steps skipped (its scale halves at each)."""
+
+    COLUMNS = (
+        Column(
+            "amp_scale_min",
+            F64,
+            "the GradScaler's smallest scale (read at census steps and at the end; none: NaN)",
+            per_budget=True,
+        ),
+        Column("amp_scale_last", F64, "the GradScaler's scale at the end", per_budget=True),
+        Column(
+            "amp_skipped_share",
+            F64,
+            "share of optimizer steps the GradScaler skipped for inf/NaN gradients (scale halved)",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop, steps: OptimizerSteps):
         self.loop, self.steps = loop, steps

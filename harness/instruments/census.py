@@ -12,12 +12,45 @@ import math
 import torch
 
 from harness import torch_private
+from harness.column import BOOL, F64, I64, STR, Column, list_of
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median, read_scalars, zero_counts
 
 
 class GradientCensus(Collector):
     """One census per census step (harness/instruments/loop.py: `is_census_step`), kept for the record."""
+
+    COLUMNS = (
+        Column("census_steps", list_of(I64), "steps at which the census was taken"),
+        Column("param_names", list_of(STR), "parameter tensors, in model order"),
+        Column("grad_norm", list_of(F64), "per parameter: median L2 norm of .grad"),
+        Column("grad_max", list_of(F64), "per parameter: median largest |.grad|"),
+        Column("grad_zero_share", list_of(F64), "per parameter: median share of exact zeros in .grad"),
+        Column("grad_missing", list_of(BOOL), "per parameter: .grad was None at every census"),
+        Column("grad_norm_curve", list_of(F64), "global gradient norm at each census step"),
+        Column("grad_zero_share_total", F64, "median share of exact zeros over all gradient entries", per_budget=True),
+        Column("params_without_grad", I64, "parameter tensors that never got a gradient", per_budget=True),
+        Column(
+            "params_without_grad_share",
+            F64,
+            "share of parameter elements that never got a gradient",
+            per_budget=True,
+        ),
+        Column(
+            "accumulation_ratio",
+            F64,
+            "median |.grad| / |fresh gradient of the same loss| after step 0 (1 = zeroed)",
+            per_budget=True,
+        ),
+        Column("accumulation_ratio_curve", list_of(F64), "that ratio at each census step"),
+        Column(
+            "grad_depth_ratio_init",
+            F64,
+            "|.grad| of the first weight matrix over the last one's, at the first census",
+            per_budget=True,
+        ),
+        Column("grad_depth_ratio", F64, "median of that ratio over the census steps", per_budget=True),
+    )
 
     def __init__(self, loop: Loop, fresh_gradient: bool):
         self.loop = loop

@@ -21,6 +21,7 @@ from functools import partial
 
 import torch
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.torch_private import drop_empty_hook_table, inplace_version, is_view
 
@@ -36,6 +37,15 @@ def unhook(param: torch.Tensor, hook) -> None:
 
 class GradientClearing(Collector):
     """Optimizer steps whose first backward found `.grad` not cleared, of those checked (grad_carried_share)."""
+
+    COLUMNS = (
+        Column(
+            "grad_carried_share",
+            F64,
+            "share of optimizer steps whose next backward found .grad not cleared",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop):
         self.loop = loop

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop, before_update
 from harness.instruments.signals import finite_median
 from harness.torch_private import norms
@@ -19,6 +20,22 @@ CLIPPED = 1 - 1e-4  # a step whose gradient norm fell below this share of its no
 
 class Clipping(Collector):
     """Per measured optimizer step: the gradient's norm at the step over its norm after backward."""
+
+    COLUMNS = (
+        Column(
+            "grad_kept_at_step",
+            F64,
+            "median over the optimizer steps after each census: gradient norm at the step over its (unscaled) norm "
+            "after the last backward (1 = not clipped)",
+            per_budget=True,
+        ),
+        Column(
+            "clipped_step_share",
+            F64,
+            "share of those steps whose gradient norm was cut (by clipping) at the step",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop):
         self.loop = loop

@@ -9,11 +9,18 @@ import math
 import time
 from collections.abc import Iterable, Iterator
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector
 
 
 class DataWait(Collector):
     """Seconds spent waiting for batches, and the loop's own seconds since it asked for the first one."""
+
+    COLUMNS = (
+        Column("data_wait_s", F64, "seconds the loop waited for batches", per_budget=True),
+        Column("loop_s", F64, "seconds of the training loop", per_budget=True),
+        Column("data_wait_share", F64, "data_wait_s / loop_s", per_budget=True),
+    )
 
     def __init__(self):
         self.wait_s = 0.0

@@ -13,6 +13,7 @@ from statistics import median
 import numpy as np
 import torch
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import entropy
 from harness.targets import class_labels
@@ -22,6 +23,27 @@ BATCH_DRAWS = 256  # random batches the label mix is compared with
 
 class Labels(Collector):
     """Running class counts (positives per label for multi-label targets) and each batch's label entropy."""
+
+    COLUMNS = (
+        Column(
+            "label_imbalance",
+            F64,
+            "most frequent class over least frequent among the training labels seen",
+            per_budget=True,
+        ),
+        Column(
+            "batch_label_mix",
+            F64,
+            "mean entropy of each batch's labels over that of random batches of the same size from the labels seen",
+            per_budget=True,
+        ),
+        Column(
+            "majority_share",
+            F64,
+            "share of the most frequent class among the training labels seen (the class prior)",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop):
         self.loop = loop

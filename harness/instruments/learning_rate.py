@@ -9,6 +9,7 @@ the run had used before them (lr_decayed_share), which a cosine over the whole r
 
 import math
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop, before_update
 
 DECAYED = 0.05  # a rate under this share of the highest one used before it has all but stopped the training
@@ -16,6 +17,23 @@ DECAYED = 0.05  # a rate under this share of the highest one used before it has 
 
 class LearningRate(Collector):
     """The built rate, the highest and the last rate of the optimizer's first param group, and how long it lay dead."""
+
+    COLUMNS = (
+        Column(
+            "lr_built",
+            F64,
+            "the optimizer's rate before any schedule (param group 0's initial_lr, else its first lr)",
+            per_budget=True,
+        ),
+        Column("lr_peak_share", F64, "the highest rate any optimizer step used, over lr_built", per_budget=True),
+        Column("lr_last_share", F64, "the last optimizer step's rate, over lr_built", per_budget=True),
+        Column(
+            "lr_decayed_share",
+            F64,
+            "share of optimizer steps whose rate was under 5% of the highest rate a step had used before it",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop):
         self.lr_built = math.nan

@@ -6,7 +6,9 @@ on, the task and loss the first training forward showed, and the census schedule
 
 A `Collector` measures one thing. It registers its own hooks on the model, the optimizer or the parameters,
 hears of each batch (`see`) and each backward pass (`after_backward`) from the observer (harness/instruments/
-observer.py), returns its own record columns (`columns`), and removes its hooks (`close`).
+observer.py), returns its own record columns (`columns`), and removes its hooks (`close`). It declares those
+columns in its class attribute `COLUMNS` (harness/column.py): the record's table is assembled from these
+(harness/columns.py), and tests/test_columns.py checks that each collector returns exactly what it declares.
 """
 
 import contextlib
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from harness.batches import BatchLayout, to_device
+from harness.column import Column
 from harness.torch_private import unscaled_already
 
 
@@ -88,6 +91,9 @@ class Loop:
 
 class Collector:
     """One measurement of the loop: its hooks, its state and its columns. Every event is optional."""
+
+    # The columns `columns(final=True)` returns; those declared per_budget are the ones `columns(final=False)` does.
+    COLUMNS: tuple[Column, ...] = ()
 
     def see(self, inputs, targets) -> None:
         """A batch the loop is about to train on, split into inputs and targets (also in `loop.last_*`)."""

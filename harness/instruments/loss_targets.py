@@ -17,6 +17,7 @@ import math
 import torch
 from torch import nn
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 
 
@@ -44,6 +45,16 @@ def rows_changed(handed: torch.Tensor, received: torch.Tensor) -> torch.Tensor |
 
 class LossTargets(Collector):
     """Per census step: how many target rows at the loss differ from the batch's rows (summed on the device)."""
+
+    COLUMNS = (
+        Column(
+            "targets_changed_share",
+            F64,
+            "share of target rows the loss received (census steps) that differ from the batch's (NaN: loss not a "
+            "Module)",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop):
         self.loop = loop

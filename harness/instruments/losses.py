@@ -9,12 +9,27 @@ import math
 
 import torch
 
+from harness.column import F64, I64, Column, list_of
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import periodicity, spikes
 
 
 class LossCurves(Collector):
     """The training loss of each step (kept on its device until read) and the validation (step, loss, accuracy)."""
+
+    COLUMNS = (
+        Column("steps", I64, "training steps the measurements rest on (backward passes seen)", per_budget=True),
+        Column("first_loss", F64, "loss of the first batch, before any update", per_budget=True),
+        Column("train_loss_curve", list_of(F64), "training loss at every step"),
+        Column("nonfinite_losses", I64, "steps whose training loss was NaN or infinite", per_budget=True),
+        Column("loss_spikes", I64, "how many steps' loss jumped far out of its recent range", per_budget=True),
+        Column("loss_spike_steps", list_of(I64), "steps (batch indices) whose loss jumped far out of its recent range"),
+        Column("loss_spike_period", F64, "most common gap between consecutive spikes", per_budget=True),
+        Column("periodic_spikes", I64, "how many gaps between consecutive spikes equal that period", per_budget=True),
+        Column("val_steps", list_of(I64), "steps at which validation ran (0 = before training)"),
+        Column("val_loss_curve", list_of(F64), "validation loss at val_steps"),
+        Column("val_acc_curve", list_of(F64), "validation accuracy at val_steps"),
+    )
 
     def __init__(self, loop: Loop):
         self.loop = loop

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from harness.batches import tensors
+from harness.column import F64, I64, Column, list_of
 from harness.instruments.signals import plain_forward
 from harness.targets import Scorer, class_labels, task_of
 
@@ -34,6 +35,25 @@ NO_CAPACITY = {
     "capacity_rate": math.nan,
     "capacity_examples": 0,
 }  # what a run without a model factory (or with capacity_examples=0) records
+
+# What `memorize` returns.
+MEMORIZE_COLUMNS = (
+    Column("memorize_rates", list_of(F64), "Adam rates tried on the fresh model"),
+    Column("memorize_losses", list_of(F64), "final loss on the memorized examples, per rate"),
+    Column("memorize_best_loss", F64, "lowest finite final loss over the rates"),
+    Column("memorize_best_rate", F64, "rate that reached it"),
+)
+# What `fit_capacity` returns (NO_CAPACITY where it fits nothing).
+CAPACITY_COLUMNS = (
+    Column(
+        "capacity_score",
+        F64,
+        "score (accuracy, R², per-label accuracy) of a fresh model on the examples it fitted",
+    ),
+    Column("capacity_baseline", F64, "what the best constant answer scores on those examples"),
+    Column("capacity_rate", F64, "the Adam rate that reached that score (the better of capacity.rates)"),
+    Column("capacity_examples", I64, "training examples the fresh model fitted, full batch, capacity.steps steps"),
+)
 
 
 def memorize(

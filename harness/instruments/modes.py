@@ -9,6 +9,7 @@ kind of layer is not hooked at all: there the mode changes nothing.
 import torch
 from torch import nn
 
+from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 
 MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
@@ -16,6 +17,21 @@ MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that ac
 
 class Modes(Collector):
     """Counts of the loop's training and evaluation forwards, and of those in the other mode."""
+
+    COLUMNS = (
+        Column(
+            "train_in_eval_share",
+            F64,
+            "share of training forwards run in eval mode (0 without dropout/BatchNorm)",
+            per_budget=True,
+        ),
+        Column(
+            "eval_in_train_share",
+            F64,
+            "share of evaluation forwards run in training mode (0 without them)",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop):
         self.loop = loop

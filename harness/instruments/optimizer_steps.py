@@ -4,12 +4,23 @@ A plain loop takes one backward pass per optimizer step; a loop that accumulates
 Read from the optimizer's step hook, so a step the GradScaler skipped (gradients not finite) is not counted.
 """
 
+from harness.column import F64, I64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median
 
 
 class OptimizerSteps(Collector):
     """The optimizer steps taken, and the backward passes before each."""
+
+    COLUMNS = (
+        Column(
+            "backwards_per_step",
+            F64,
+            "median backward passes per optimizer step (k when accumulating over k batches)",
+            per_budget=True,
+        ),
+        Column("optimizer_steps", I64, "optimizer steps taken", per_budget=True),
+    )
 
     def __init__(self, loop: Loop):
         self.optimizer_steps = 0

@@ -14,6 +14,7 @@ import math
 import torch
 
 from harness.batches import BatchError
+from harness.column import F64, STR, Column
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.probe import Probe
 from harness.instruments.signals import finite_median, last_module
@@ -33,6 +34,58 @@ SHAPED_TASKS = ("onehot", "binary", "multilabel", "regression")  # targets shape
 
 class Outputs(Collector):
     """The task and the loss, the census steps' output readings, and the output checks on the probe."""
+
+    COLUMNS = (
+        Column("task", STR, "multiclass, onehot, binary, multilabel or regression, read from targets and output"),
+        Column(
+            "output_layer",
+            STR,
+            "the model's last module without children, `name (Type)`: where the output comes from",
+        ),
+        Column(
+            "loss_kind",
+            STR,
+            "what the loss computes, named from one batch: cross_entropy, nll, bce_logits, bce, mse, l1, other",
+        ),
+        Column(
+            "output_prob_share",
+            F64,
+            "median share of output rows that are probabilities, handed to a loss that applies a softmax",
+            per_budget=True,
+        ),
+        Column(
+            "output_spread",
+            F64,
+            "std of the output over the probe batch's examples over its RMS (0: the same for every input)",
+            per_budget=True,
+        ),
+        Column(
+            "target_reach_gap",
+            F64,
+            "share of the probe batch's targets the output cannot produce (NaN for class indices)",
+            per_budget=True,
+        ),
+        Column(
+            "logit_reach_span",
+            F64,
+            "for a loss that applies its own softmax: how far apart the outputs can get (max - min), with the inputs "
+            "and the output layer scaled up to 1000x; NaN for other losses and for rows that always sum to 1",
+            per_budget=True,
+        ),
+        Column(
+            "confident_disagreement",
+            F64,
+            "median over the later half of the census steps: share of the batch whose label the model contradicts "
+            "(another class ranked first, the label given p < 0.1)",
+            per_budget=True,
+        ),
+        Column(
+            "confident_disagreement_peak",
+            F64,
+            "the largest share of a census batch confidently contradicted so far",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop, probe: Probe):
         self.loop, self.probe = loop, probe

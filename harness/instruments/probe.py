@@ -11,6 +11,7 @@ import math
 import torch
 
 from harness.batches import head, input_rms, join, rows, same_shape
+from harness.column import F64, Column
 from harness.instruments.loop import Collector
 
 PROBE_EXAMPLES = 16  # the probe batch: the first batch, grown from the next ones when it is smaller (the grid's
@@ -19,6 +20,15 @@ PROBE_EXAMPLES = 16  # the probe batch: the first batch, grown from the next one
 
 class Probe(Collector):
     """The probe's inputs (as the layout takes them from a batch) and targets, and the first batch's input RMS."""
+
+    COLUMNS = (
+        Column(
+            "input_rms",
+            F64,
+            "root mean square of the first batch's inputs (standardized data: about 1)",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self):
         self.inputs = None  # None until the first batch is seen

@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from harness.column import F64, Column, list_of
 from harness.instruments.census import GradientCensus
 from harness.instruments.loop import Collector, Loop, before_update
 from harness.instruments.signals import finite_median, read_scalars
@@ -22,6 +23,30 @@ from harness.torch_private import copies, differences, norms
 
 class UpdateRatios(Collector):
     """Per measured optimizer step, per parameter: the norm of the update over the norm of the weights before it."""
+
+    COLUMNS = (
+        Column("update_ratio", list_of(F64), "per parameter: median |step update| / |weight| at census steps"),
+        Column(
+            "update_ratio_median",
+            F64,
+            "median update ratio over weight matrices (all parameters if none) that got gradients",
+            per_budget=True,
+        ),
+        Column("update_ratio_curve", list_of(F64), "at each census step: the median update ratio over those matrices"),
+        Column("update_ratio_peak", F64, "largest value of that curve", per_budget=True),
+        Column(
+            "weight_norm_ratio",
+            F64,
+            "joint norm of the weight matrices at the last census step over the first one's",
+            per_budget=True,
+        ),
+        Column(
+            "unmoved_share",
+            F64,
+            "share of parameter elements with a gradient at a census step that no update measured at one moved at all",
+            per_budget=True,
+        ),
+    )
 
     def __init__(self, loop: Loop, census: GradientCensus):
         self.loop, self.census = loop, census
