@@ -1,9 +1,6 @@
 """The capacity checks.
 
 Whether the model can represent the data at all.
-
-Each check is one object (analysis/checks/base.py): its rule, its place in the order, the recipe parts its next
-step is about, the DeepFD fault types it names, and how the grid reads its harm.
 """
 
 from analysis.checks.base import Check

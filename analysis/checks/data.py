@@ -2,9 +2,6 @@
 
 The data: its order, its class balance, bad batches, labels nothing can learn or that are wrong, and a gap between
 training and validation.
-
-Each check is one object (analysis/checks/base.py): its rule, its place in the order, the recipe parts its next
-step is about, the DeepFD fault types it names, and how the grid reads its harm.
 """
 
 from analysis.checks.base import BY_DEFINITION, Check

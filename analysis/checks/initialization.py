@@ -2,9 +2,6 @@
 
 What the model computes before it learns: inputs at a large scale, dead, exploding, vanishing or saturated
 activations, read at initialization.
-
-Each check is one object (analysis/checks/base.py): its rule, its place in the order, the recipe parts its next
-step is about, the DeepFD fault types it names, and how the grid reads its harm.
 """
 
 from analysis.checks.base import Check

@@ -1,9 +1,6 @@
 """The loop checks.
 
 The loop's own mistakes: how it feeds, clears, switches mode, clips and hands the targets to the loss.
-
-Each check is one object (analysis/checks/base.py): its rule, its place in the order, the recipe parts its next
-step is about, the DeepFD fault types it names, and how the grid reads its harm.
 """
 
 from analysis.checks.base import BY_DEFINITION, Check, Harm

@@ -2,9 +2,6 @@
 
 The model's output and the loss: probabilities where logits belong, bounded or constant outputs, a loss that does
 not fit the targets.
-
-Each check is one object (analysis/checks/base.py): its rule, its place in the order, the recipe parts its next
-step is about, the DeepFD fault types it names, and how the grid reads its harm.
 """
 
 from analysis.checks.base import BY_DEFINITION, Check, Harm

@@ -2,9 +2,6 @@
 
 The learning rate and the run's length: a schedule that never rises or dies early, a rate too high or too low, a run
 stopped while still improving.
-
-Each check is one object (analysis/checks/base.py): its rule, its place in the order, the recipe parts its next
-step is about, the DeepFD fault types it names, and how the grid reads its harm.
 """
 
 from analysis.checks.base import Check
