@@ -28,8 +28,8 @@ or `probe(...)` with a recipe (model factory, batches, loss, optimizer factory) 
 The measurements come from harness.instruments and harness.reference (the very code the grid's cells use), as
 one plain mapping with the keys of a grid record; analysis.features turns it into the features and
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
-A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py). Nothing here knows
-what fault, if any, is planted.
+A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py; the watch that finds it
+is one of the instruments, harness/instruments/nonfinite.py). Nothing here knows what fault, if any, is planted.
 
 Batches of any shape (harness/batches.py): (inputs, targets) pairs, longer tuples, dicts such as Hugging Face's
 {"input_ids": ..., "labels": ...}, objects with attributes, several inputs to the model, a model returning an
@@ -56,18 +56,20 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from analysis.checks.numerics import AMP_STEPS_SKIPPED, NEXT_STEPS
+from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
 from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
 from doctor.machine import Checklist, bigger_machine, memory_line
-from doctor.nonfinite import READS_TRAINED_ACCURACY, VERDICT, NonFiniteWatch, Origin
+from doctor.nonfinite import READS_TRAINED_ACCURACY
+from doctor.nonfinite import finding as nonfinite_finding
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows, fit_capacity, memorize
 from harness.instruments.memorization import CAPACITY_STEPS, NO_CAPACITY
+from harness.instruments.nonfinite import Origin
 from harness.reference import EMPTY as REFERENCE_EMPTY
 from harness.reference import reference_fit
 from harness.targets import TaskError, class_labels, task_of
@@ -134,9 +136,16 @@ class Doctor:
         self.validation, self.model_factory = validation, model_factory
         # With mixed precision the loop's GradScaler: .grad holds gradients times its scale until unscale_.
         self.instruments = Instruments(
-            model, optimizer, loss_fn, census_every, scaler=scaler, layout=self.layout, fresh_gradient=False
+            model,
+            optimizer,
+            loss_fn,
+            census_every,
+            scaler=scaler,
+            layout=self.layout,
+            fresh_gradient=False,
+            watch_nonfinite=True,  # any NaN or inf loss, and where it began (harness/instruments/nonfinite.py)
         )
-        self.nonfinite = NonFiniteWatch(model, self.instruments.named_params)
+        self.nonfinite = self.instruments.nonfinite
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy); with a
         # model factory, as many as the capacity fit takes.
@@ -197,8 +206,6 @@ class Doctor:
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
         self.instruments.after_backward(loss)
-        # The step's inputs (None if no batch was seen), for the look-back should the loss be non-finite.
-        self.nonfinite.after_backward(self.instruments.step, loss, self.instruments.last_inputs, self.instruments)
 
     @property
     def steps(self) -> int:
@@ -350,7 +357,7 @@ class Observed:
     on_accelerator: bool = False
     memory: str = "CPU run"  # the accelerator's peak allocation against its size
     out_of_memory: str | None = None  # the error, where the loop ran out of memory
-    nonfinite: Origin | None = None  # where the first NaN or inf came from (doctor/nonfinite.py)
+    nonfinite: Origin | None = None  # where the first NaN or inf came from (harness/instruments/nonfinite.py)
     unmemorized: str = "no model factory given"  # why memorization was not measured, if it was not
     memorized_on: int = 0  # examples memorization fitted
 
@@ -393,8 +400,7 @@ def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list
     if origin is not None:
         # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their
         # measurements can still mean something.
-        evidence = origin.evidence(observed.steps, measured["nonfinite_losses"])
-        first = Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)
+        first = nonfinite_finding(origin, observed.steps, measured["nonfinite_losses"])
         if origin.from_the_start:
             note = (
                 f"no fitted rule was judged: the {origin.what.split()[0]} were non-finite from the first step, and"

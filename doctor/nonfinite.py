@@ -1,37 +1,19 @@
-"""Non-finite values: the first NaN or inf of a training run, what was non-finite first, and what to look at.
+"""The doctor's verdict on a loss that went NaN or inf: the finding, and which rules it leaves unjudged.
 
-Any NaN or inf training loss is a finding of its own, `nonfinite_loss`: it needs no fitted threshold, and it comes
-before every fitted rule, whose measurements are read on a model that no longer computes numbers.
-
-What it costs: once a step, until the first non-finite loss, one fused check of every gradient for NaN and inf
-(the kernel GradScaler uses, at a scale of 1: it leaves the gradients bit for bit as they were) and one read of
-the loss and that check together (a single device sync on an accelerator). At the first non-finite loss, still
-before optimizer.step(), the doctor looks back along the step, in the order the values came about:
-
-1. the weights (non-finite at initialization, or after the previous update; if an earlier step's gradients
-   were non-finite while its loss was finite, those gradients came first);
-2. the step's inputs;
-3. the model's outputs, by running its forward again on those inputs without gradients (the weights have not
-   been stepped yet, so this is the forward that produced the loss);
-4. the loss itself, when all of the above were finite.
-
-It sees the model, the batches and the loss only: nothing here knows of any planted fault.
+The watch that finds the first non-finite loss and what was non-finite first is a collector of the instruments
+(harness/instruments/nonfinite.py; the doctor turns it on). The check, its sentence and what to look at for each
+origin are in analysis/checks/numerics.py. This module puts the two together for the report (doctor/core.py).
 """
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
-import torch
-from torch import nn
-
-from analysis.checks.numerics import NONFINITE_LOSS
+from analysis.checks.base import Finding
+from analysis.checks.numerics import NEXT_STEPS, NONFINITE_LOSS
 from analysis.features import FEATURES
 from analysis.rules import RULES
-from harness.batches import tensors, to_device
-from harness.torch_private import flag_nonfinite
+from harness.instruments.nonfinite import Origin
 
-VERDICT = NONFINITE_LOSS.verdict  # the check (analysis/checks/numerics.py): its sentence, and NEXT_STEPS by origin
+VERDICT = NONFINITE_LOSS.verdict
 
 # The fitted rules that read the trained model's accuracy: a model that outputs NaN has none, so on a non-finite
 # run they are not judged (the others measure the loop's mechanics, and may say why it went non-finite).
@@ -41,188 +23,14 @@ READS_TRAINED_ACCURACY = tuple(
 )
 
 
-@dataclass(frozen=True)
-class Origin:
-    """The first non-finite loss, and what was non-finite first."""
-
-    loss_step: int  # the step whose training loss was first NaN or inf
-    loss_value: float
-    what: str  # a key of NEXT_STEPS
-    step: int  # the step at which `what` was first seen non-finite (earlier than loss_step for gradients)
-    detail: str
-
-    @property
-    def from_the_start(self) -> bool:
-        """Non-finite inputs or weights at the first step: every measurement the rules read saw those values."""
-        return self.step == 0 and self.what in ("inputs", "weights at initialization")
-
-    def evidence(self, steps: int, nonfinite_losses: int) -> str:
-        """The finding's evidence sentence; `steps` and `nonfinite_losses` are counted over the whole run."""
-        return NONFINITE_LOSS.evidence.format(
-            first_value=_kind(self.loss_value),
-            loss_step=self.loss_step,
-            value=nonfinite_losses,
-            steps=steps,
-            what=self.what,
-            detail=self.detail,
-        )
-
-
-def _kind(value: float) -> str:
-    return "NaN" if math.isnan(value) else ("-inf" if value < 0 else "inf")
-
-
-def _count(tensor: torch.Tensor) -> tuple[int, int]:
-    """(non-finite values, all values) of a tensor; integer tensors are always finite."""
-    if not tensor.is_floating_point() and not tensor.is_complex():
-        return 0, tensor.numel()
-    return int((~torch.isfinite(tensor.detach())).sum()), tensor.numel()
-
-
-def _names(names: Sequence[str], shown: int = 3) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
-
-
-class NonFiniteWatch:
-    """Checks each step for a non-finite loss (and, before it, non-finite gradients); see the module docstring."""
-
-    def __init__(self, model: nn.Module, named_params: list[tuple[str, nn.Parameter]]):
-        self.model, self.named_params = model, named_params
-        self.trained = [p for _, p in named_params if p.requires_grad]  # the per-step check reads their gradients
-        self.origin: Origin | None = None
-        self.gradients: tuple[int, list[str], float] | None = None  # (step, parameters, the finite loss then)
-        self.check_gradients = True
-
-    def after_backward(self, step: int, loss: torch.Tensor, inputs, instruments) -> None:
-        """Call after backward and before optimizer.step(); `inputs` are the step's, `instruments` the doctor's."""
-        if self.origin is not None:
-            return  # found: the rest of the run cannot say more about where it started
-        grads = (
-            [g for p in self.trained if (g := p.grad) is not None and not g.is_sparse] if self.check_gradients else []
-        )
-        if _all_finite(loss, grads):
-            return
-        loss = loss.detach()
-        value = loss.item() if loss.numel() == 1 else loss.sum().item()
-        if math.isfinite(value):
-            bad = [name for name, p in self.named_params if p.grad is not None and _count(p.grad)[0]]
-            if bad and self.gradients is None:
-                self.gradients = (step, bad, value)
-            self.check_gradients = False  # found: from here on the loss alone is checked
-            return
-        self.origin = self._origin(step, value, inputs, instruments)
-
-    def _origin(self, step: int, value: float, inputs, instruments) -> Origin:
-        def found(what: str, detail: str, at: int = step) -> Origin:
-            return Origin(step, value, what, at, detail)
-
-        weights = [name for name, p in self.named_params if _count(p)[0]]
-        if weights:
-            if self.gradients is not None:
-                at, names, finite_loss = self.gradients
-                return found(
-                    "gradients",
-                    f"the gradients of {_names(names)} were non-finite at step {at} while its loss was finite"
-                    f" ({finite_loss:.3g}); the update made the weights {_names(weights)} non-finite, and the loss"
-                    " followed",
-                    at,
-                )
-            if step == 0:
-                return found(
-                    "weights at initialization", f"the weights {_names(weights)} were non-finite before any update"
-                )
-            checked = (
-                "were finite" if self.check_gradients else "the doctor had stopped checking (their norm overflowed)"
-            )
-            return found(
-                "weights",
-                f"the weights {_names(weights)} were non-finite after the update of step {step - 1}, whose gradients"
-                f" {checked}",
-            )
-        if inputs is None:  # after_backward without the doctor watching the batches: nothing to look back at
-            return found("outputs or loss", "the weights were finite; the doctor saw no batch to check the rest on")
-        bad, total = map(sum, zip(*(_count(t) for t in tensors(inputs)), strict=True))
-        if bad:
-            return found("inputs", f"{bad} of {total} input values of the batch at step {step} were NaN or inf")
-        outputs = self._forward_again(inputs, instruments)
-        if outputs is None:
-            return found(
-                "outputs or loss",
-                "inputs and weights were finite; the doctor could not run the forward again on the step's inputs, so"
-                " the model's outputs are unchecked",
-            )
-        bad, total = _count(outputs)
-        if bad:
-            return found(
-                "outputs",
-                f"the model's outputs on the batch of step {step} had {bad} of {total} values NaN or inf, from finite"
-                " inputs and finite weights",
-            )
-        largest = float(outputs.detach().abs().max()) if outputs.numel() else 0.0
-        return found(
-            "loss",
-            f"inputs, weights and the model's outputs were finite (largest |output| {largest:.3g}), but the loss was"
-            f" {_kind(value)}",
-        )
-
-    def _forward_again(self, inputs, instruments) -> torch.Tensor | None:
-        """The model's outputs on the step's inputs, as the step computed them; None if that forward fails.
-
-        Model, buffers (BatchNorm statistics), RNG and the instruments' forward counts are left as they were.
-        """
-        device = next(self.model.parameters()).device
-        buffers = [b.detach().clone() for b in self.model.buffers()]
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-        instruments.loop.own_forward = True  # the instruments count the loop's forwards, not the doctor's
-        try:
-            with torch.random.fork_rng(devices=devices), torch.no_grad():
-                outputs = instruments.layout.forward(self.model, to_device(inputs, device))
-        except Exception:  # noqa: BLE001 - the user's loop may call the model differently: then say so, not crash
-            return None
-        finally:
-            instruments.loop.own_forward = False
-            with torch.no_grad():
-                for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
-                    buffer.copy_(saved)
-        return outputs if torch.is_tensor(outputs) else None
-
-
-_FOUND: dict[torch.device, torch.Tensor] = {}  # the check's count of hits, per device: zeroed again only after a hit
-
-
-def _all_finite(loss: torch.Tensor, grads: list[torch.Tensor]) -> bool:
-    """Whether the loss and every gradient are free of NaN and inf.
-
-    The gradients are checked by GradScaler's own fused kernel where torch has it (one call for all of them, about
-    a seventh of the cost of their norms on a small model; harness/torch_private.py: `flag_nonfinite`), which
-    leaves them as they were. Gradients on several devices, or of a dtype the kernel does not take, are checked
-    one by one with torch.isfinite.
-    """
-    loss = loss.detach()
-    found = _found(loss.device)
-    if grads:
-        device = grads[0].device
-        hits = found if device == loss.device else torch.zeros(1, device=device)
-        flag_nonfinite(grads, hits)
-        if hits is not found:
-            found += hits.to(loss.device)
-    if loss.is_cpu:
-        # On the CPU two reads cost less than the ops that would make them one.
-        hit = bool(found.item())
-        finite = math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item())
-        if hit:
-            found.zero_()
-        return finite and not hit
-    total = (found + (~torch.isfinite(loss)).any().float()).item()  # one sync for the loss and the check
-    if total:
-        found.zero_()
-    return total == 0
-
-
-def _found(device: torch.device) -> torch.Tensor:
-    """The zero the check counts its hits into, kept from call to call (a new one each step costs more)."""
-    found = _FOUND.get(device)
-    if found is None:
-        found = _FOUND[device] = torch.zeros(1, device=device)
-    return found
+def finding(origin: Origin, steps: int, nonfinite_losses: int) -> Finding:
+    """The nonfinite_loss finding; `steps` and `nonfinite_losses` are counted over the whole run."""
+    evidence = NONFINITE_LOSS.evidence.format(
+        first_value=origin.first_value,
+        loss_step=origin.loss_step,
+        value=nonfinite_losses,
+        steps=steps,
+        what=origin.what,
+        detail=origin.detail,
+    )
+    return Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)

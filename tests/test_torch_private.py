@@ -11,9 +11,9 @@ import torch
 from conftest import ROOT
 from torch import nn
 
-from doctor.nonfinite import _all_finite
 from harness import torch_private
 from harness.instruments import Instruments
+from harness.instruments.nonfinite import _all_finite
 from harness.torch_private import FEATURES
 
 # The features whose fallback gives the same measurements; the two GradScaler ones and the engine's callback queue

@@ -3,8 +3,8 @@
 Their thresholds are facts, not fits: any non-finite training loss is a finding, and a run whose GradScaler skipped
 most optimizer steps barely trained. They read record columns (`nonfinite_losses`, `amp_skipped_share`), are
 judged before every fitted rule (whose measurements are read on a model that no longer computes numbers), and
-only the doctor judges them: the doctor's non-finite watch (doctor/nonfinite.py) finds what was non-finite first,
-and the next step depends on it (`NEXT_STEPS`).
+only the doctor judges them: the instruments' non-finite watch (harness/instruments/nonfinite.py, which the doctor
+turns on) finds what was non-finite first, and the next step depends on it (`NEXT_STEPS`).
 """
 
 from analysis.checks.base import Check
@@ -36,7 +36,7 @@ NONFINITE_LOSS = Check(
     needs_harm=False,
     feature="nonfinite_losses",
     above=True,
-    # Filled by the doctor's non-finite watch (doctor/nonfinite.py, Origin.evidence) with where it began.
+    # Filled with where it began (the watch's Origin: doctor/nonfinite.py, finding).
     evidence="the training loss was first {first_value} at step {loss_step} ({value:.0f} of {steps} training losses"
     " were NaN or inf); non-finite first: the {what}: {detail}",
     supplied=("first_value", "loss_step", "what", "detail"),

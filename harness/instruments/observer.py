@@ -29,6 +29,7 @@ from harness.instruments.loop import Collector, Loop
 from harness.instruments.loss_targets import LossTargets
 from harness.instruments.losses import LossCurves
 from harness.instruments.modes import Modes
+from harness.instruments.nonfinite import NonFiniteWatch
 from harness.instruments.optimizer_steps import OptimizerSteps
 from harness.instruments.outputs import Outputs
 from harness.instruments.probe import Probe
@@ -48,6 +49,7 @@ class Instruments:
         scaler: "torch.amp.GradScaler | None" = None,
         layout: BatchLayout | None = None,
         fresh_gradient: bool = True,
+        watch_nonfinite: bool = False,
     ):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.layout = layout if layout is not None else BatchLayout(model)  # where each batch keeps inputs, targets
@@ -90,6 +92,11 @@ class Instruments:
             self.outputs,
             self.modes,
         ]
+        # The doctor's watch for the first NaN or inf loss: last after backward, once every other collector has read
+        # the step (it may run the forward again to see where the NaN began). The grid's cells leave it off.
+        self.nonfinite = NonFiniteWatch(loop) if watch_nonfinite else None
+        if self.nonfinite is not None:
+            self.collectors.append(self.nonfinite)
         # Only the collectors that listen for an event are called on it: these run on every step of the loop.
         self._seeing = [c for c in self.collectors if type(c).see is not Collector.see]
         self._hearing = [c for c in self.collectors if type(c).after_backward is not Collector.after_backward]
