@@ -65,13 +65,12 @@ from analysis.rules import diagnose as rule_findings
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
+from harness.after_training import Probes, assemble, end_of_run
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
 from harness.evaluation import evaluate
-from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows, fit_capacity, memorize
-from harness.instruments.memorization import CAPACITY_STEPS, NO_CAPACITY
+from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
+from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
-from harness.reference import EMPTY as REFERENCE_EMPTY
-from harness.reference import reference_fit
 from harness.targets import TaskError, class_labels, task_of
 
 
@@ -265,11 +264,19 @@ class Doctor:
         # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
         # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
         not_rows = _not_example_rows(self.recent)
-        return {
-            **measured,
-            **self._memorized(not_rows),
-            **self._capacity(not_rows),
-            **self._references(),
+        probes = Probes(
+            memorize_steps=self.memorize_steps, capacity_steps=self.capacity_steps, forward=self.layout.forward
+        )
+        after = end_of_run(
+            self.model_factory,
+            self.loss_fn,
+            probes,
+            self._memorize_on(not_rows),
+            self._capacity_on(not_rows),
+            self.instruments.kept_examples(),
+            self._held_out(),
+        )
+        scores = {
             "n_classes": self.n_classes,
             "ln_classes": self.uninformed_loss,
             "final_train_loss": train_loss,
@@ -277,58 +284,40 @@ class Doctor:
             "final_val_loss": val_loss,
             "final_val_acc": val_acc,
         }
+        return assemble(measured, after, scores)
 
-    def _memorized(self, not_rows: str) -> dict:
-        """Memorization: a fresh model from the factory fitted to the first 16 finite examples (the columns)."""
-        memorized = {
-            "memorize_rates": [],
-            "memorize_losses": [],
-            "memorize_best_loss": math.nan,
-            "memorize_best_rate": math.nan,
-        }
+    @property
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _memorize_on(self, not_rows: str) -> tuple | None:
+        """The first 16 finite examples, on the model's device, for memorization (None: not measured, and why)."""
         if not_rows and self.model_factory is not None:
             self.unmemorized = not_rows
         if self.model_factory is None or self.instruments.probe is None or not_rows:
-            return memorized
+            return None
         x, y = _first_examples(self.recent, 16)
         finite = torch.ones(len(y), dtype=torch.bool)  # NaN or inf examples cannot be fitted: leave them out
         for values in floats(x):
             finite &= torch.isfinite(values.reshape(len(values), -1)).all(dim=1).cpu()
         x = _take(x, finite)
         y = y[finite.to(y.device)]
-        device = next(self.model.parameters()).device
-        x, y = to_device(x, device), y.to(device)
         self.memorized_on = len(y)
         if not len(y):
             self.unmemorized = "every example it would fit holds NaN or inf"
-            return memorized
-        return memorize(self.model_factory, x, y, self.loss_fn, steps=self.memorize_steps, forward=self.layout.forward)
+            return None
+        return to_device(x, self._device), y.to(self._device)
 
-    def _capacity(self, not_rows: str) -> dict:
-        """The capacity fit: a fresh model trained in a clean loop on the kept finite examples (the columns)."""
+    def _capacity_on(self, not_rows: str) -> list[tuple]:
+        """The last finite examples the capacity fit takes, as (inputs, targets) batches on the model's device."""
         pairs = _finite_pairs(self.recent, self.capacity_examples) if not not_rows else []
-        if not pairs:
-            return dict(NO_CAPACITY)
-        device = next(self.model.parameters()).device
-        return fit_capacity(
-            self.model_factory,
-            [(to_device(x, device), y.to(device)) for x, y in pairs],
-            self.loss_fn,
-            steps=self.capacity_steps,
-            forward=self.layout.forward,
-        )
+        return [(to_device(x, self._device), y.to(self._device)) for x, y in pairs]
 
-    def _references(self) -> dict:
-        """The quick references fitted on the examples the instruments kept, scored on the validation examples."""
-        kept = self.instruments.kept_examples()
-        if kept is None:
-            return dict(REFERENCE_EMPTY)
-        held = (
-            _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
-            if self.validation is not None
-            else None
-        )
-        return reference_fit(*kept, *(held or (None, None)))
+    def _held_out(self) -> tuple | None:
+        """The validation examples the references are scored on (None without validation)."""
+        if self.validation is None:
+            return None
+        return _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
 
     def report(self, thresholds: dict[str, float] | None = None) -> "Report":
         """finish() the watch and diagnose() the run: the verdict, the findings, and the bigger-machine check.

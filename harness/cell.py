@@ -28,15 +28,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 
+from harness.after_training import Probes
+from harness.after_training import end_of_run as end_of_run_columns
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
 from harness.column import F64, I32, I64, STR, TIMESTAMP, Column, list_of
 from harness.data import RelativeStall, Splits, load_splits, training_batches
 from harness.evaluation import evaluate
-from harness.instruments import Instruments, NoInstruments, fit_capacity, memorize
+from harness.instruments import Instruments, NoInstruments
 from harness.model import build_model
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
-from harness.reference import EMPTY as NO_REFERENCE
-from harness.reference import reference_fit
 from harness.timing import DeviceClock, NoClock
 
 # The columns `run_cell` and `measure` set themselves: what was run, on what, and how big the data was.
@@ -299,30 +299,22 @@ def end_of_run(cfg: DictConfig, run: Training, kept: tuple | None, check: Callab
     (`memorize`), and how much of many of them can one fit in a clean loop (`fit_capacity`)?
     """
     data, encoding = run.data, cfg.data.targets
-    reference = reference_fit(kept[0], kept[1], data.x_val, data.y_val, seed=cfg.seed) if kept else dict(NO_REFERENCE)
-    n = cfg.memorize.examples
-    memorized = memorize(
-        run.make_model,
+    probes = Probes(
+        memorize_rates=tuple(cfg.memorize.rates),
+        memorize_steps=cfg.memorize.steps,
+        capacity_rates=tuple(cfg.capacity.rates),
+        capacity_steps=cfg.capacity.steps,
+        seed=cfg.seed,
+        check=check,
+    )
+    n, x_train, y_train = cfg.memorize.examples, *run.train
+    memorize_on = (
         data.x_train[:n].to(run.device),
         encode_targets(data.y_train[:n], data.n_classes, encoding).to(run.device),
-        run.loss_fn,
-        rates=cfg.memorize.rates,
-        steps=cfg.memorize.steps,
-        seed=cfg.seed,
-        check=check,
     )
-    n = cfg.capacity.examples
-    x_train, y_train = run.train
-    fitted = fit_capacity(
-        run.make_model,
-        [(x_train[:n], y_train[:n])],
-        run.loss_fn,
-        rates=cfg.capacity.rates,
-        steps=cfg.capacity.steps,
-        seed=cfg.seed,
-        check=check,
-    )
-    return {**memorized, **fitted, **reference}
+    capacity_on = [(x_train[: cfg.capacity.examples], y_train[: cfg.capacity.examples])]
+    held_out = (data.x_val, data.y_val)
+    return end_of_run_columns(run.make_model, run.loss_fn, probes, memorize_on, capacity_on, kept or None, held_out)
 
 
 def optimized_params(model: nn.Module, make_model, copies: float, device: torch.device) -> list[nn.Parameter]:

@@ -92,11 +92,9 @@ class Instruments:
             self.outputs,
             self.modes,
         ]
-        # The doctor's watch for the first NaN or inf loss: last after backward, once every other collector has read
-        # the step (it may run the forward again to see where the NaN began). The grid's cells leave it off.
+        # The doctor's watch for the first NaN or inf loss runs last (it may run the forward again); cells leave it off.
         self.nonfinite = NonFiniteWatch(loop) if watch_nonfinite else None
-        if self.nonfinite is not None:
-            self.collectors.append(self.nonfinite)
+        self.collectors += [self.nonfinite] if self.nonfinite is not None else []
         # Only the collectors that listen for an event are called on it: these run on every step of the loop.
         self._seeing = [c for c in self.collectors if type(c).see is not Collector.see]
         self._hearing = [c for c in self.collectors if type(c).after_backward is not Collector.after_backward]

@@ -1,0 +1,106 @@
+"""What is measured once training has ended, the same way for a grid cell and for the doctor.
+
+Three things, each on a fresh copy of the model or on the examples alone, never on the trained model:
+memorization (can a fresh model fit a handful of training examples?), the capacity fit (how much of many of them
+can it fit in a clean loop?), both in harness/instruments/memorization.py, and the quick references (what simple
+models reach on the same examples, harness/reference.py). The cell (harness/cell.py) and the doctor
+(doctor/core.py) differ only in which examples they hand over and how long the probes train (`Probes`); what
+they hand over as None is recorded as not measured. `assemble` merges groups of columns into one record, and a
+column two groups both produce fails loudly instead of one silently replacing the other.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.instruments.memorization import (
+    CAPACITY_RATES,
+    CAPACITY_STEPS,
+    MEMORIZE_RATES,
+    MEMORIZE_STEPS,
+    NO_CAPACITY,
+    fit_capacity,
+    memorize,
+)
+from harness.instruments.signals import plain_forward
+from harness.reference import EMPTY as NO_REFERENCE
+from harness.reference import reference_fit
+
+# What a run records where nothing was memorized (no model factory, no example rows, every example non-finite).
+NOT_MEMORIZED = {
+    "memorize_rates": [],
+    "memorize_losses": [],
+    "memorize_best_loss": float("nan"),
+    "memorize_best_rate": float("nan"),
+}
+
+
+@dataclass(frozen=True)
+class Probes:
+    """How the two probes train their fresh models: Adam at each rate, full batch, this many steps."""
+
+    memorize_rates: tuple[float, ...] = MEMORIZE_RATES
+    memorize_steps: int = MEMORIZE_STEPS
+    capacity_rates: tuple[float, ...] = CAPACITY_RATES
+    capacity_steps: int = CAPACITY_STEPS
+    seed: int = 0  # the fresh models' initialization, and the references' split where there is no validation
+    check: Callable[[], None] = field(default=lambda: None)  # called every probe step (a cell's time limit)
+    forward: Callable = plain_forward  # how the model is called on a batch's inputs (the doctor's batch layout)
+
+
+def end_of_run(
+    make_model: Callable[[], torch.nn.Module] | None,
+    loss_fn: Callable,
+    probes: Probes,
+    memorize_on: tuple | None,
+    capacity_on: list[tuple] | None,
+    kept: tuple | None,
+    held_out: tuple | None = None,
+) -> dict:
+    """The end-of-run columns: memorization, the capacity fit and the quick references.
+
+    `memorize_on`: (inputs, targets) to memorize; `capacity_on`: (inputs, targets) batches to fit; `kept`: the
+    examples the references are fitted on, scored on `held_out`. None (or no factory): recorded as not measured.
+    """
+    memorized = dict(NOT_MEMORIZED)
+    if make_model is not None and memorize_on is not None:
+        x, y = memorize_on
+        memorized = memorize(
+            make_model,
+            x,
+            y,
+            loss_fn,
+            rates=probes.memorize_rates,
+            steps=probes.memorize_steps,
+            seed=probes.seed,
+            check=probes.check,
+            forward=probes.forward,
+        )
+    capacity = dict(NO_CAPACITY)
+    if make_model is not None and capacity_on:
+        capacity = fit_capacity(
+            make_model,
+            capacity_on,
+            loss_fn,
+            rates=probes.capacity_rates,
+            steps=probes.capacity_steps,
+            seed=probes.seed,
+            check=probes.check,
+            forward=probes.forward,
+        )
+    reference = dict(NO_REFERENCE)
+    if kept is not None:
+        reference = reference_fit(*kept, *(held_out or (None, None)), seed=probes.seed)
+    return assemble(memorized, capacity, reference)
+
+
+def assemble(*groups: Mapping) -> dict:
+    """One record from groups of columns; a column produced by two groups is a bug, and fails naming it."""
+    record: dict = {}
+    for group in groups:
+        twice = record.keys() & group.keys()
+        if twice:
+            raise ValueError(f"columns produced twice in one record: {', '.join(sorted(twice))}")
+        record.update(group)
+    return record
