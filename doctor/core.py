@@ -65,13 +65,14 @@ from analysis.rules import diagnose as rule_findings
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
-from harness.after_training import Probes, assemble, end_of_run
+from harness.after_training import Probes, end_of_run, run_record
 from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
+from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
-from harness.targets import TaskError, class_labels, task_of
+from harness.targets import Task, TaskError, class_labels, read_task
 
 
 class CannotJudge(Exception):
@@ -151,9 +152,7 @@ class Doctor:
         self.recent: deque = deque()
         self.keep_batches, self._recent_examples = keep_batches, 0
         self._keep_examples = max(RECENT_EXAMPLES, self.capacity_examples)
-        self.n_classes: int | None = None
-        self.task: str | None = None
-        self.uninformed_loss = math.nan  # the loss of a guess that ignores the inputs (ln C for classes)
+        self.task: Task | None = None  # read once, from the first batch (check_task)
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
@@ -184,8 +183,9 @@ class Doctor:
 
     def _seen(self) -> None:
         inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
-        if self.n_classes is None:
-            self.task, self.n_classes, self.uninformed_loss = check_task(self.model, self.layout, inputs, targets)
+        if self.task is None:
+            self.task = check_task(self.model, self.layout, inputs, targets)
+            self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
             if self.validation is not None:
                 self.val_start = self._evaluate(self.validation)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
@@ -200,7 +200,7 @@ class Doctor:
     def _evaluate(self, batches: Iterable, split: bool = True) -> tuple[float, float]:
         """Loss and score on batches as the loop's (split=True) or on (inputs, targets) pairs already split."""
         layout = self.layout if split else self.layout.already_split()
-        return evaluate(self.model, self.loss_fn, batches, task=self.task, layout=layout)
+        return evaluate(self.model, self.loss_fn, batches, task=self.task.kind, layout=layout)
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
@@ -250,7 +250,7 @@ class Doctor:
 
         That is the final losses and scores, memorization, the capacity fit and the quick references.
         """
-        if self.n_classes is None:
+        if self.task is None:
             raise CannotJudge("the doctor saw no batch: wrap the loop's batches with the doctor (doctor.watch(loader))")
         if self.instruments.step < 0:
             raise CannotJudge(
@@ -277,14 +277,12 @@ class Doctor:
             self._held_out(),
         )
         scores = {
-            "n_classes": self.n_classes,
-            "ln_classes": self.uninformed_loss,
             "final_train_loss": train_loss,
             "final_train_acc": train_acc,
             "final_val_loss": val_loss,
             "final_val_acc": val_acc,
         }
-        return assemble(measured, after, scores)
+        return run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
 
     @property
     def _device(self) -> torch.device:
@@ -317,7 +315,7 @@ class Doctor:
         """The validation examples the references are scored on (None without validation)."""
         if self.validation is None:
             return None
-        return _examples(self.validation, self.layout, self.instruments.keep_examples, self.task)
+        return _examples(self.validation, self.layout, self.instruments.keep_examples, self.task.kind)
 
     def report(self, thresholds: dict[str, float] | None = None) -> "Report":
         """finish() the watch and diagnose() the run: the verdict, the findings, and the bigger-machine check.
@@ -513,31 +511,18 @@ def _examples(
     return (torch.cat(xs), torch.cat(ys)) if xs else None
 
 
-def check_task(model: nn.Module, layout: BatchLayout, inputs, targets: torch.Tensor) -> tuple[str, int, float]:
-    """The task of the first batch (harness/targets.py), its classes (or outputs), and an uninformed guess's loss.
-
-    The uninformed loss: ln C for classes, ln 2 per binary target, the targets' variance for regression.
+def check_task(model: nn.Module, layout: BatchLayout, inputs, targets: torch.Tensor) -> Task:
+    """The task of the first batch (harness/targets.py), read on an eval-mode forward before the loop trains on it.
 
     UnsupportedTask if the model cannot be called on the inputs as the layout reads them, or its output and the
-    targets make no task the doctor covers.
+    targets make no task the doctor covers: refused before the first step, not after a run of steps.
     """
-    y = targets
-    was_training = model.training
-    model.eval()
+    with eval_mode(model), torch.no_grad(), refusing():
+        out = layout.forward(model, to_device(inputs, next(model.parameters()).device))
     try:
-        with torch.no_grad(), refusing():
-            out = layout.forward(model, to_device(inputs, next(model.parameters()).device))
-    finally:
-        model.train(was_training)
-    try:
-        task = task_of(y, out)
+        return read_task(targets, out)
     except TaskError as error:
         raise UnsupportedTask(str(error)) from None
-    if task in ("multiclass", "onehot"):
-        return task, int(out.shape[1]), math.log(out.shape[1])
-    if task in ("binary", "multilabel"):
-        return task, 2 if task == "binary" else int(out[0].numel()), math.log(2)
-    return task, int(out[0].numel()), float(y.detach().double().var()) if y.numel() > 1 else math.nan
 
 
 def cycle(batches: Callable[[], Iterable] | Iterable) -> Iterator:

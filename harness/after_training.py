@@ -1,12 +1,15 @@
-"""What is measured once training has ended, the same way for a grid cell and for the doctor.
+"""What is measured once training has ended, and the run's record put together: the same way for a cell and the doctor.
 
 Three things, each on a fresh copy of the model or on the examples alone, never on the trained model:
 memorization (can a fresh model fit a handful of training examples?), the capacity fit (how much of many of them
 can it fit in a clean loop?), both in harness/instruments/memorization.py, and the quick references (what simple
 models reach on the same examples, harness/reference.py). The cell (harness/cell.py) and the doctor
 (doctor/core.py) differ only in which examples they hand over and how long the probes train (`Probes`); what
-they hand over as None is recorded as not measured. `assemble` merges groups of columns into one record, and a
-column two groups both produce fails loudly instead of one silently replacing the other.
+they hand over as None is recorded as not measured.
+
+`run_record` is the one place a run's measurements become one record, for both: the instruments' columns, the final
+scores, the end-of-run columns and the task's size. `assemble` merges such groups of columns, and a column two groups
+both produce fails loudly instead of one silently replacing the other.
 """
 
 from collections.abc import Callable, Mapping
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.column import F64, I64, Column
 from harness.instruments.memorization import (
     CAPACITY_RATES,
     CAPACITY_STEPS,
@@ -26,6 +30,18 @@ from harness.instruments.memorization import (
 from harness.instruments.signals import plain_forward
 from harness.reference import EMPTY as NO_REFERENCE
 from harness.reference import reference_fit
+
+# The columns `run_record` sets: the task's size (from the cell's dataset, or the doctor's first batch) and the scores
+# of the trained model (the cell's whole splits, the doctor's last batches and validation).
+COLUMNS = (
+    Column("n_classes", I64, "number of classes C"),
+    Column("ln_classes", F64, "ln C: the first loss of a model that guesses uniformly"),
+    Column("final_train_loss", F64, "training-set loss after the last step (eval mode)", per_budget=True),
+    Column("final_train_acc", F64, "training-set accuracy after the last step", per_budget=True),
+    Column("final_val_loss", F64, "validation loss after the last step", per_budget=True),
+    Column("final_val_acc", F64, "validation accuracy after the last step", per_budget=True),
+)
+SCORE_COLUMNS = ("final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc")
 
 # What a run records where nothing was memorized (no model factory, no example rows, every example non-finite).
 NOT_MEMORIZED = {
@@ -93,6 +109,18 @@ def end_of_run(
     if kept is not None:
         reference = reference_fit(*kept, *(held_out or (None, None)), seed=probes.seed)
     return assemble(memorized, capacity, reference)
+
+
+def run_record(instruments: Mapping, scores: Mapping, after: Mapping, n_classes: int, uninformed_loss: float) -> dict:
+    """A run's measurements as one record: the instruments' columns, the final scores, the end-of-run columns.
+
+    `scores`: the trained model's loss and score on training and validation data, keyed by SCORE_COLUMNS;
+    `after`: what end_of_run measured; `n_classes` and `uninformed_loss` (ln C for classes): the task's size.
+    """
+    if set(scores) != set(SCORE_COLUMNS):
+        raise ValueError(f"scores must hold exactly {', '.join(SCORE_COLUMNS)}, not {', '.join(scores)}")
+    task = {"n_classes": n_classes, "ln_classes": uninformed_loss}
+    return assemble(instruments, scores, after, task)
 
 
 def assemble(*groups: Mapping) -> dict:

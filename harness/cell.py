@@ -28,7 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 
-from harness.after_training import Probes
+from harness.after_training import SCORE_COLUMNS, Probes, assemble, run_record
 from harness.after_training import end_of_run as end_of_run_columns
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
 from harness.column import F64, I32, I64, STR, TIMESTAMP, Column, list_of
@@ -134,21 +134,18 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     batches = instruments.watch(encoded_batches(cfg, run.data, stall))
     snapshot_at = budgets(cfg.loop) if instrumented else []
     snapshots = train(cfg.loop, run, instruments, clock, batches, stall, snapshot_at, check)
-    measurements = {**instruments.finish(), **clock.finish()}
-    if not instrumented:
-        snapshots = [final_scores(run)]
+    ended = instruments.finish()
+    # The last snapshot is taken at the run's last step: its scores are the trained model's, and its other columns
+    # are the record's (harness/columns.py), read before the scores' own evaluations added to the forwards counted.
+    last = snapshots[-1] if instrumented else final_scores(run)
+    scores = {name: last[name] for name in SCORE_COLUMNS}
+    at_end = {name: value for name, value in last.items() if name not in scores}
+    measured = assemble({k: v for k, v in ended.items() if k not in at_end}, at_end, clock.finish())
     kept = instruments.kept_examples() if instrumented else None
+    after = end_of_run(cfg, run, kept, check)
     data = run.data
-    return {
-        **measurements,
-        **snapshots[-1],
-        **end_of_run(cfg, run, kept, check),
-        "checkpoints": snapshots if instrumented else [],
-        "ln_classes": math.log(data.n_classes),
-        "n_classes": data.n_classes,
-        "n_train": len(data.y_train),
-        "n_val": len(data.y_val),
-    }
+    record = run_record(measured, scores, after, n_classes=data.n_classes, uninformed_loss=math.log(data.n_classes))
+    return assemble(record, {"checkpoints": snapshots, "n_train": len(data.y_train), "n_val": len(data.y_val)})
 
 
 def deadline_check(deadline: float, limit_s: float) -> Callable[[], None]:

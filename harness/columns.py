@@ -3,9 +3,8 @@
 Every column is declared once, as a `Column` (harness/column.py: name, kind, meaning, whether each step budget
 keeps it), by the module that produces it: each collector of harness/instruments/ in its class attribute `COLUMNS`;
 harness/cell.py the cell's identity, run and data sizes; harness/reference.py, harness/timing.py and
-harness/instruments/memorization.py their end-of-run measurements. Only the columns no single module produces are
-declared here (`SHARED_COLUMNS`): the class count, the uninformed loss and the final scores, which both harness/cell.py
-and the doctor (doctor/core.py) set.
+harness/instruments/memorization.py their end-of-run measurements; harness/after_training.py the class count, the
+uninformed loss and the final scores, which it sets for both harness/cell.py and the doctor (doctor/core.py).
 
 The declarations are read from the modules' source, not imported: importing a collector imports torch, and the
 sweep's own process, which compares every record folder it scans with the schema, never imports torch
@@ -49,16 +48,6 @@ def _names(text: str) -> list[str]:
     """The names in a text that lists them separated by spaces and line ends (a list too long for a line each)."""
     return text.split()
 
-
-# Set by both harness/cell.py and doctor/core.py (each from its own loop), so declared by neither.
-SHARED_COLUMNS = (
-    Column("n_classes", I64, "number of classes C"),
-    Column("ln_classes", F64, "ln C: the first loss of a model that guesses uniformly"),
-    Column("final_train_loss", F64, "training-set loss after the last step (eval mode)", per_budget=True),
-    Column("final_train_acc", F64, "training-set accuracy after the last step", per_budget=True),
-    Column("final_val_loss", F64, "validation loss after the last step", per_budget=True),
-    Column("final_val_acc", F64, "validation accuracy after the last step", per_budget=True),
-)
 
 # The order schema 15 wrote its columns, and its checkpoints' fields, in. It cannot be derived from the declarations:
 # it groups by meaning across producers (the problem, `first_loss`, then the census, update ratios and the census's

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from harness.batches import BatchLayout, to_device
+from harness.eval_mode import eval_mode as eval_mode_of
 from harness.targets import Scorer, task_of
 
 
@@ -22,17 +23,14 @@ def evaluate(
     task: str | None = None,
     layout: BatchLayout | None = None,
 ) -> tuple[float, float]:
-    """Mean loss and score over (x, y) batches, in eval mode on the model's device; its mode is restored.
+    """Mean loss and score over (x, y) batches, in eval mode on the model's device; each module's mode is restored.
 
     eval_mode=False evaluates in whatever mode the model is in: the fault of validating with dropout on.
     """
     device = next(model.parameters()).device
-    was_training = model.training
-    if eval_mode:
-        model.eval()
     total = loss_sum = 0.0
     scorer = None
-    with torch.no_grad():
+    with eval_mode_of(model, switch=eval_mode), torch.no_grad():
         for batch in batches:
             if layout is None:
                 x, y = batch[0].to(device), batch[1].to(device)
@@ -46,5 +44,4 @@ def evaluate(
             loss_sum += float(loss_fn(outputs, y)) * len(y)
             scorer.add(outputs, y)
             total += len(y)
-    model.train(was_training)
     return (loss_sum / total, scorer.value()) if total else (math.nan, math.nan)

@@ -22,11 +22,13 @@ own softmax (then probabilities handed to it are a double softmax).
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from harness.batches import floats, scaled
+from harness.eval_mode import eval_mode
 
 TASKS = ("multiclass", "onehot", "binary", "multilabel", "regression")
 CLASS_TASKS = ("multiclass", "onehot", "binary")  # one class per example: class indices exist
@@ -69,6 +71,30 @@ def task_of(targets: torch.Tensor, outputs: torch.Tensor) -> str:
         " doctor covers: class indices with (batch, C) outputs, or targets of the output's shape (one-hot, binary,"
         " multi-label, regression)"
     )
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one batch's targets and the model's output make: the task, its size, and an uninformed guess's loss.
+
+    The uninformed guess ignores the inputs: its loss is ln C for classes, ln 2 per binary target, the targets'
+    variance for regression (NaN from a single target).
+    """
+
+    kind: str  # one of TASKS
+    n_classes: int  # classes for the class tasks, labels for multi-label, output values per example for regression
+    uninformed_loss: float
+
+
+def read_task(targets: torch.Tensor, outputs: torch.Tensor) -> Task:
+    """The task of one batch's targets and output (TaskError if they make none): read once, at a run's first batch."""
+    kind = task_of(targets, outputs)
+    if kind in ("multiclass", "onehot"):
+        return Task(kind, int(outputs.shape[1]), math.log(outputs.shape[1]))
+    if kind in ("binary", "multilabel"):
+        return Task(kind, 2 if kind == "binary" else int(outputs[0].numel()), math.log(2))
+    spread = float(targets.detach().double().var()) if targets.numel() > 1 else math.nan
+    return Task(kind, int(outputs[0].numel()), spread)
 
 
 def class_labels(targets: torch.Tensor, task: str | None) -> torch.Tensor | None:
@@ -191,8 +217,6 @@ def output_reach(
     model on `x` (several inputs: harness/batches.py); inputs without floating-point values (token ids) are not
     scaled, so there the output layer's parameters alone are.
     """
-    was_training = model.training
-    model.eval()
     low, high, simplex = math.inf, -math.inf, True
     last = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))][-1:]
     saved = [p.detach().clone() for p in last[0].parameters(recurse=False)] if last else []
@@ -206,7 +230,7 @@ def output_reach(
             yield forward(model, x)
 
     try:
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             for out in outputs():
                 if not torch.is_tensor(out):
                     return math.nan, math.nan, False
@@ -220,7 +244,6 @@ def output_reach(
         with torch.no_grad():
             for param, value in zip(last[0].parameters(recurse=False) if last else [], saved, strict=True):
                 param.copy_(value)
-        model.train(was_training)
     return low, high, simplex
 
 

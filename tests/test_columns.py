@@ -16,7 +16,7 @@ import torch
 from conftest import ROOT
 from torch import nn
 
-from harness import cell, columns, reference, timing
+from harness import after_training, cell, columns, reference, timing
 from harness.column import F64, Column
 from harness.columns import Declaration, assemble, declarations_in, harness_declarations, in_order
 from harness.instruments import Instruments, fit_capacity, memorize
@@ -81,13 +81,23 @@ def test_the_end_of_run_measurements_return_exactly_the_columns_their_modules_de
     assert set(reference.EMPTY) == names(reference.COLUMNS)
     clock = timing.DeviceClock(torch.device("cpu"), warmup=0)
     assert set(clock.finish()) == names(timing.COLUMNS)
+    scores = dict.fromkeys(after_training.SCORE_COLUMNS, 0.5)
+    assert set(after_training.run_record({}, scores, {}, 3, 1.1)) == names(after_training.COLUMNS)
+
+
+def test_a_run_s_record_refuses_a_column_produced_twice_and_scores_it_does_not_know():
+    scores = dict.fromkeys(after_training.SCORE_COLUMNS, 0.5)
+    with pytest.raises(ValueError, match="columns produced twice in one record: first_loss"):
+        after_training.run_record({"first_loss": 2.0}, scores, {"first_loss": 2.1}, 3, 1.1)
+    with pytest.raises(ValueError, match="scores must hold exactly final_train_loss"):
+        after_training.run_record({}, {**scores, "final_test_acc": 0.4}, {}, 3, 1.1)
 
 
 def test_every_column_is_declared_once_and_the_schema_holds_them_all():
     declared = [column.name for _, found in harness_declarations() for column in found]
     assert [name for name, n in Counter(declared).items() if n > 1] == []
     assert set(declared) == columns.NAMES == set(SCHEMA.names) - {"checkpoints"}
-    assert names(cell.COLUMNS) <= columns.NAMES and names(columns.SHARED_COLUMNS) <= columns.NAMES
+    assert names(cell.COLUMNS) <= columns.NAMES and names(after_training.COLUMNS) <= columns.NAMES
     per_budget = {column.name for column in columns.DECLARED if column.per_budget}
     assert set(columns.CHECKPOINT_COLUMNS) == per_budget
 

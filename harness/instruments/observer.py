@@ -34,6 +34,7 @@ from harness.instruments.optimizer_steps import OptimizerSteps
 from harness.instruments.outputs import Outputs
 from harness.instruments.probe import Probe
 from harness.instruments.update_ratios import UpdateRatios
+from harness.targets import TASKS
 
 
 class Instruments:
@@ -136,6 +137,15 @@ class Instruments:
 
     def is_census_step(self, step: int) -> bool:
         return self.loop.is_census_step(step)
+
+    def task_read(self, kind: str) -> None:
+        """The task, where the caller has read it already (the doctor, at its first batch): it is read once.
+
+        The first training forward then names only the loss. `kind`: one of harness.targets.TASKS.
+        """
+        if kind not in TASKS:
+            raise ValueError(f"unknown task {kind!r}: choose {', '.join(TASKS)}")
+        self.loop.task = kind
 
     # ----- the loop's events ------------------------------------------------------------------------------------
     def watch(self, batches: Iterable, then: Callable[[], None] | None = None) -> Iterator:

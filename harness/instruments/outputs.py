@@ -15,6 +15,7 @@ import torch
 
 from harness.batches import BatchError
 from harness.column import F64, STR, Column
+from harness.eval_mode import eval_mode
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.probe import Probe
 from harness.instruments.signals import finite_median, last_module
@@ -91,6 +92,7 @@ class Outputs(Collector):
         self.loop, self.probe = loop, probe
         self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
         self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
+        self._loss_read = False  # the loss is named on the first training forward (with the task, unless given)
         # Hooked exactly while the next step is a census step: the only forwards it reads, and a hook on every
         # forward costs its call on every step of a loop whose step may take a millisecond.
         self._hook = None
@@ -115,7 +117,7 @@ class Outputs(Collector):
         output = loop.layout.output_or_none(output)  # a Hugging Face model returns an object holding the logits
         if output is None:
             return
-        if loop.task is None and loop.last_targets is not None:
+        if not self._loss_read and loop.last_targets is not None:
             self._read_task(output, loop.last_targets)
         if torch.is_tensor(output) and output.dim() == 2 and output.shape[1] > 1:
             # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied. That is
@@ -126,12 +128,14 @@ class Outputs(Collector):
             self._disagreement(out if bool(rows.all()) else out.softmax(dim=1))
 
     def _read_task(self, output, targets) -> None:
-        """The task and the loss, from the first training forward's output and its batch's targets."""
-        try:
-            self.loop.task = task_of(targets, output)
-        except TaskError:
-            self.loop.task = "unknown"
-            return
+        """The loss, and the task unless it was read already, from the first training forward and its batch."""
+        self._loss_read = True
+        if self.loop.task is None:  # the grid's cells; the doctor reads it at its first batch (Instruments.task_read)
+            try:
+                self.loop.task = task_of(targets, output)
+            except TaskError:
+                self.loop.task = "unknown"
+                return
         self.loop.loss_kind = identify_loss(self.loop.loss_fn, output.detach(), targets.to(output.device))
 
     def _disagreement(self, probabilities: torch.Tensor) -> None:
@@ -160,22 +164,17 @@ class Outputs(Collector):
         loop = self.loop
         model, task, loss_kind = loop.model, loop.task, loop.loss_kind
         probe = loop.on_model_device(self.probe.inputs)
-        was_training = model.training
-        try:
-            with loop.own_forward_pass():
-                model.eval()
-                with torch.no_grad():
-                    try:
-                        out = loop.layout.forward(model, probe)
-                    except BatchError:  # an output the doctor cannot read: the output checks stay unmeasured
-                        out = None
-                if out is not None:
-                    checks["output_spread"] = output_spread(out)
-                reach = None
-                if out is not None and (task in SHAPED_TASKS or loss_kind in SOFTMAX_LOSSES):
-                    reach = output_reach(model, probe, forward=loop.layout.forward)
-        finally:
-            model.train(was_training)
+        with loop.own_forward_pass(), eval_mode(model):
+            with torch.no_grad():
+                try:
+                    out = loop.layout.forward(model, probe)
+                except BatchError:  # an output the doctor cannot read: the output checks stay unmeasured
+                    out = None
+            if out is not None:
+                checks["output_spread"] = output_spread(out)
+            reach = None
+            if out is not None and (task in SHAPED_TASKS or loss_kind in SOFTMAX_LOSSES):
+                reach = output_reach(model, probe, forward=loop.layout.forward)
         finite = torch.is_tensor(out) and bool(torch.isfinite(out).all())
         if reach is not None and loss_kind in SOFTMAX_LOSSES and not reach[2] and finite:
             # How far apart the values a softmax loss exponentiates can get: a linear output layer reaches any

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from harness.batches import flat_rows, rows
+from harness.eval_mode import eval_mode
 from harness.torch_private import norms
 
 SATURATING = {nn.Tanh: (-1.0, 1.0), nn.Sigmoid: (0.0, 1.0)}  # output bounds of saturating activations
@@ -84,13 +85,10 @@ def activation_census(model: nn.Module, x, forward: Callable = plain_forward) ->
 
     kinds = (nn.ReLU, *SATURATING)
     handles = [m.register_forward_hook(record) for m in model.modules() if type(m) in kinds]
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             forward(model, x)
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     dead = sum(int((~active).sum()) for active in activity)
