@@ -20,9 +20,11 @@ of 64 to 512 channels and 4096-wide classifier -> three stages of two convolutio
 128-wide classifier; 4 GPUs of 64 -> one process of 64, and 20 epochs -> 40 with the step after epoch 30 (920
 steps).
 
-Under the doctor: the doctor's look at the first batch switches the model to eval mode and back with
-model.train(), which is what freezes the stage here, so under the doctor the buggy program's stage is frozen from
-its first step as well (checked: every parameter of the first stage has requires_grad False after the run).
+Under the doctor: until c2370ba the doctor's look at the first batch switched the model to eval mode and back with
+model.eval() and model.train(), and either call froze the stage here, so under the doctor the buggy program's stage
+was frozen from its first step as well. The doctor's looks now set the modules' training flags without calling their
+train() (harness/eval_mode.py), and the stage trains under the doctor as without it (checked: every parameter of the
+first stage has requires_grad True, and the stage is in training mode, after five steps under the doctor).
 """
 
 import math
