@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 from conftest import SHORT, make_config
+from optimizer_step import clip_and_step
 from torch import nn
 
 from harness.cell import measure
@@ -247,15 +248,7 @@ def standard_loop(scaler=None, clip=0.0, clip_scaled=False, unscale_first=False,
         if unscale_first:
             scaler.unscale_(optimizer)
         instruments.after_backward(loss)
-        if clip:
-            if scaler is not None and not (clip_scaled or unscale_first):
-                scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        clip_and_step(model, optimizer, scaler, clip, unscale=not (clip_scaled or unscale_first))
         if schedule is not None:
             schedule.step()
     return instruments.finish()

@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 from conftest import ROOT
+from optimizer_step import clip_and_step
 from torch import nn
 
 from harness import torch_private
@@ -154,15 +155,7 @@ def watched_run(zero="each step", scaler=None, clip=0.0, unscale_first=False, pe
         instruments.after_backward(loss)
         if (i + 1) % per_step:
             continue
-        if clip:
-            if scaler is not None and not unscale_first:
-                scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        clip_and_step(model, optimizer, scaler, clip, unscale=not unscale_first)
         if zero == "each step":
             optimizer.zero_grad(set_to_none=True)
     return {**instruments.finish(), "checked_steps": instruments.checked_steps}
