@@ -149,7 +149,7 @@ def _references(x, y, vx, vy) -> tuple["RidgeClassifier", "KNeighborsClassifier"
     return linear, neighbours, float(max(linear.score(vx, vy), neighbours.score(vx, vy)))
 
 
-def _data_curve(x, y, vx, vy, full: float, rng: np.random.Generator) -> dict:
+def _data_curve(x, y, vx, vy, full: float, rng: "np.random.Generator") -> dict:
     """The references' held-out accuracy on growing shares of the training examples (module docstring)."""
     sizes = sorted({round(share * len(y)) for share in CURVE_SHARES} - {len(y)})
     examples, accuracies = [], []

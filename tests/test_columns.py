@@ -5,6 +5,7 @@ these tests run the producers and compare what they return with what they declar
 a column declared twice or of an unknown kind.
 """
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,26 @@ def test_every_column_is_declared_once_and_the_schema_holds_them_all():
     assert names(cell.COLUMNS) <= columns.NAMES and names(after_training.COLUMNS) <= columns.NAMES
     per_budget = {column.name for column in columns.DECLARED if column.per_budget}
     assert set(columns.CHECKPOINT_COLUMNS) == per_budget
+
+
+def declaring_modules() -> list[Path]:
+    return [p for p in sorted(columns.HARNESS.rglob("*.py")) if "Column(" in p.read_text() and p != columns.READER]
+
+
+def dumped(tree: ast.Module) -> list[tuple]:
+    return [(owner, name, ast.dump(value)) for owner, name, value in columns._declaring_assignments(tree)]
+
+
+def test_cutting_the_declarations_out_reads_what_parsing_the_whole_files_reads():
+    # Every declaring module is read through its cut-out declarations (the fast path), and they parse alike.
+    whole = [dumped(ast.parse(path.read_text())) for path in declaring_modules()]
+    empty = ast.Module([], [])  # a module whose declarations could not be cut out reads as declaring nothing here
+    cut = [dumped(columns._declaration_segments(path.read_text()) or empty) for path in declaring_modules()]
+    assert cut == whole and len(harness_declarations()) == sum(map(len, whole))
+
+
+def test_the_module_that_reads_the_declarations_makes_none():
+    assert declarations_in(columns.READER, "harness/columns.py") == []  # it is not read: it must declare nothing
 
 
 def test_an_unknown_kind_is_refused_naming_the_column():
