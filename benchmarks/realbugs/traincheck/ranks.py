@@ -51,6 +51,17 @@ def _join(rank: int, port: int) -> None:
     )
 
 
+def _leave() -> None:
+    """Leave the group once both ranks are done with it.
+
+    A rank that tore its side down while the other still held the connection made the other abort at exit now and
+    then ("terminate called without an active exception", status -6: about 1 run in 7 of the slow test).
+    """
+    with contextlib.suppress(RuntimeError):  # the other rank is gone: nothing to wait for
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def _load(path: str):
     """The recipe file as a module of its own name in the child (its module-level data built again)."""
     file = Path(path)
@@ -69,7 +80,7 @@ def _rank1(path: str, function: str, port: int, args: tuple) -> None:
     try:
         getattr(_load(path), function)(*args)
     finally:
-        dist.destroy_process_group()
+        _leave()
 
 
 @contextlib.contextmanager
@@ -92,7 +103,7 @@ def two_ranks(recipe_file: str, function: str, *args):
         yield
     finally:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            _leave()
         child.join(TIMEOUT_S)
         if child.is_alive():
             child.terminate()
