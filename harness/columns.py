@@ -144,7 +144,10 @@ def _declaration_segments(source: str) -> ast.Module | None:
             return None
         segment = source[opening.start() : end + len(indent) + 2]
         inside += segment.count("Column(")
-        assignment = ast.parse(textwrap.dedent(segment)).body[0]
+        try:
+            assignment = ast.parse(textwrap.dedent(segment)).body[0]
+        except SyntaxError:  # the `)` found closes something else: not laid out as expected
+            return None
         if not indent:
             body.append(assignment)
             continue

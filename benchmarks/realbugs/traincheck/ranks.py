@@ -51,14 +51,17 @@ def _join(rank: int, port: int) -> None:
     )
 
 
-def _leave() -> None:
-    """Leave the group once both ranks are done with it.
+def _leave(finished: bool) -> None:
+    """Leave the group; a rank that `finished` its work first waits until the other is done with the group too.
 
     A rank that tore its side down while the other still held the connection made the other abort at exit now and
-    then ("terminate called without an active exception", status -6: about 1 run in 7 of the slow test).
+    then ("terminate called without an active exception", status -6: about 1 run in 7 of the slow test). A rank that
+    failed does not wait: its partner may be inside a collective that a barrier would not match, and would hang
+    there until TIMEOUT_S instead of failing when the connection closes.
     """
-    with contextlib.suppress(RuntimeError):  # the other rank is gone: nothing to wait for
-        dist.barrier()
+    if finished:
+        with contextlib.suppress(RuntimeError):  # the other rank failed and left: nothing to wait for
+            dist.barrier()
     dist.destroy_process_group()
 
 
@@ -77,10 +80,12 @@ def _rank1(path: str, function: str, port: int, args: tuple) -> None:
     """Rank 1's process: one thread, the group joined first (so rank 0 never waits on a child that failed to load)."""
     torch.set_num_threads(1)
     _join(1, port)
+    finished = False
     try:
         getattr(_load(path), function)(*args)
+        finished = True
     finally:
-        _leave()
+        _leave(finished)
 
 
 @contextlib.contextmanager
@@ -98,12 +103,14 @@ def two_ranks(recipe_file: str, function: str, *args):
         target=_rank1, args=(str(Path(recipe_file).resolve()), function, port, args), daemon=True
     )
     child.start()
+    finished = False
     try:
         _join(0, port)
         yield
+        finished = True
     finally:
         if dist.is_initialized():
-            _leave()
+            _leave(finished)
         child.join(TIMEOUT_S)
         if child.is_alive():
             child.terminate()
