@@ -69,8 +69,8 @@ class DigitsModule(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
-def lightning_fit(data, with_doctor: bool) -> tuple[float, float]:
-    """Seconds of the fit without the report, and of the report (0 without the doctor)."""
+def lightning_fit(data, with_doctor: bool) -> tuple[float, float, object]:
+    """Seconds of the fit without the report, of the report (0 without the doctor), and the doctor's cost."""
     torch.manual_seed(0)
     module = DigitsModule(data.x_train.shape[1], data.n_classes)
     train = TensorDataset(data.x_train, data.y_train)
@@ -88,7 +88,7 @@ def lightning_fit(data, with_doctor: bool) -> tuple[float, float]:
     start = time.perf_counter()
     trainer.fit(module, loader)
     fit = time.perf_counter() - start
-    return fit - callback.report_s, callback.report_s
+    return fit - callback.report_s, callback.report_s, callback.report.cost if callback.report else None
 
 
 # ----- 2. Hugging Face -------------------------------------------------------------------------------------------
@@ -111,8 +111,8 @@ class Tokens(Dataset):
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": self.labels[index]}
 
 
-def hf_train(train: Tokens, validation: list, output_dir: str, with_doctor: bool) -> tuple[float, float]:
-    """Seconds of Trainer.train() without the report, and of the report (0 without the doctor)."""
+def hf_train(train: Tokens, validation: list, output_dir: str, with_doctor: bool) -> tuple[float, float, object]:
+    """Seconds of Trainer.train() without the report, of the report (0 without the doctor), and the doctor's cost."""
     torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=VOCAB,
@@ -143,34 +143,43 @@ def hf_train(train: Tokens, validation: list, output_dir: str, with_doctor: bool
     start = time.perf_counter()
     trainer.train()
     fit = time.perf_counter() - start
-    return fit - callback.report_s, callback.report_s
+    return fit - callback.report_s, callback.report_s, callback.report.cost if callback.report else None
 
 
-def interleaved(run, repeats: int) -> tuple[float, float, float, float]:
-    """Median seconds without the doctor, with it, of the report, and the median ratio of pairs (after a warm-up).
+def interleaved(run, repeats: int) -> tuple[float, float, float, float, list]:
+    """Medians of the seconds without the doctor, with it, of the report, and of the ratio of pairs; the costs.
 
-    Each pair is a bare run and a doctored one side by side, in turn first: the host's load drifts over seconds.
+    The costs: the doctor's on each run (what it measured of itself, the steps its budget watched). After a warm-up,
+    each pair is a bare run and a doctored one side by side, in turn first: the host's load drifts over seconds.
     """
     run(True)  # first-use imports and caches, not timed
-    bare, watched, reports = [], [], []
+    bare, watched, reports, costs = [], [], [], []
     for repeat in range(repeats):
         for with_doctor in (False, True) if repeat % 2 == 0 else (True, False):
-            loop, report = run(with_doctor)
+            loop, report, cost = run(with_doctor)
             (watched if with_doctor else bare).append(loop)
             if with_doctor:
                 reports.append(report)
+                costs.append(cost)
     ratio = statistics.median(w / b for b, w in zip(bare, watched, strict=True))
-    return statistics.median(bare), statistics.median(watched), statistics.median(reports), ratio
+    return statistics.median(bare), statistics.median(watched), statistics.median(reports), ratio, costs
 
 
-GOAL = 1.05  # the doctor's overhead, at most (issue 14), as on the plain loop (bench/doctor_overhead.py)
+GOAL = 1.05  # the doctor's cost through each integration, at most (issue 34), under its default budget
 
 
-def line(number: int, what: str, bare: float, watched: float, report: float, ratio: float, pairs: int) -> str:
+def line(number: int, what: str, bare: float, watched: float, report: float, ratio: float, costs: list, pairs: int):
     met = "met" if ratio <= GOAL else "MISSED"
+    steps = costs[0].steps if costs and costs[0] else 0
+    sampled = (
+        f"the budget watched {statistics.median(c.watched_steps for c in costs):.0f} of {steps} steps in full, its"
+        f" own measure {100 * statistics.median(c.share for c in costs):.1f}%"
+        if all(costs)
+        else "no cost measured"
+    )
     return (
         f"{number}. {what}: {watched:.3f} s / {bare:.3f} s, {ratio:.3f}x (median of {pairs} pairs) (goal <= {GOAL}:"
-        f" {met}); the report after it: {report:.3f} s"
+        f" {met}); {sampled}; the report after it: {report:.3f} s"
     )
 
 

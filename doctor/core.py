@@ -70,6 +70,7 @@ from harness.batches import BatchError, BatchLayout, apply, floats, head, join, 
 from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
+from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.targets import Task, TaskError, class_labels, read_task
@@ -121,6 +122,7 @@ class Doctor:
         inputs=None,
         targets=None,
         output=None,
+        budget: "float | CostBudget | None" = SHARE,
     ):
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
         with refusing():  # where each batch keeps its inputs and targets (harness/batches.py); None: read from it
@@ -144,6 +146,9 @@ class Doctor:
             layout=self.layout,
             fresh_gradient=False,
             watch_nonfinite=True,  # any NaN or inf loss, and where it began (harness/instruments/nonfinite.py)
+            # At most `budget` of the loop's own time: every step densely at first, then a sample of the optimizer
+            # cycles (harness/instruments/budget.py); None watches every step whatever it costs.
+            budget=budget if budget is None or isinstance(budget, CostBudget) else CostBudget(budget),
         )
         self.nonfinite = self.instruments.nonfinite
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
@@ -157,6 +162,7 @@ class Doctor:
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
         self.memorized_on = 0  # examples memorization fitted
+        self.cost: Cost | None = None  # what the instruments cost on the loop, read as it ends (None: no budget)
         self._observed: Observed | None = None  # set by finish(): the watch is over
         self._report: Report | None = None  # report() with the fitted thresholds, kept
 
@@ -178,8 +184,7 @@ class Doctor:
         Call it before the batch's forward pass, with the seconds the loop waited for the batch.
         """
         with refusing():
-            self.instruments.see(batch, waited_s)
-            self._seen()
+            self.instruments.see(batch, waited_s, then=self._seen)
 
     def _seen(self) -> None:
         inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
@@ -230,6 +235,7 @@ class Doctor:
                 nonfinite=self.nonfinite.origin,
                 unmemorized=self.unmemorized,
                 memorized_on=self.memorized_on,
+                cost=self.cost,
             )
         return self._observed
 
@@ -256,6 +262,7 @@ class Doctor:
             raise CannotJudge(
                 "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
             )
+        self.cost = self.instruments.cost  # as the loop ends: the evaluations and fits after it are not its time
         measured = self.instruments.finish()
         if self.instruments.scaler is None:
             _no_hidden_scaler(self.instruments.kept_at_step)
@@ -347,6 +354,7 @@ class Observed:
     nonfinite: Origin | None = None  # where the first NaN or inf came from (harness/instruments/nonfinite.py)
     unmemorized: str = "no model factory given"  # why memorization was not measured, if it was not
     memorized_on: int = 0  # examples memorization fitted
+    cost: Cost | None = None  # what the doctor's instruments cost on the loop (None: watched without a budget)
 
 
 def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) -> "Report":
@@ -372,6 +380,7 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
             measured.get("data_curve_val_acc"),
             measured.get("reference_val_examples"),
         ),
+        cost=observed.cost,
     )
 
 
@@ -608,6 +617,7 @@ class Report:
     forecast: Forecast | None = None
     # Would more data help? The quick references refitted on shares of the examples (analysis/data_forecast.py).
     data_forecast: DataForecast | None = None
+    cost: Cost | None = None  # what the doctor cost on the loop, and the steps it watched in full
 
     @property
     def verdict(self) -> str:
@@ -670,6 +680,7 @@ class Report:
             },
             "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": self.checklist.to_dict(),
+            "cost": None if self.cost is None else self.cost.to_dict(),
             "features": {k: plain(float(v)) for k, v in self.features.items()},
         }
 
@@ -695,6 +706,8 @@ class Report:
         lines.append("is a bigger machine the answer?")
         lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist.checks]
         lines.append(f"  => {self.checklist.conclusion}")
+        if self.cost is not None:
+            lines.append(f"the doctor's cost: {self.cost.line()}")
         return "\n".join(lines)
 
     def _finding_lines(self, bullet: str, finding: Finding) -> list[str]:

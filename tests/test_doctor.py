@@ -18,6 +18,7 @@ from digits_cnn import TRAIN, VAL, SmallCNN
 
 from analysis.rules import load_thresholds
 from doctor import CannotJudge, Doctor, UnsupportedTask, probe
+from harness.instruments.budget import SHARE
 
 STEPS = 200
 
@@ -100,8 +101,11 @@ def rate_schedule(optimizer, knobs: dict, steps: int):
     return schedule
 
 
-def wrapped_run(fault: str, steps: int = STEPS):
-    """A user's own loop with the doctor's three lines, the planted fault in its pieces or its loop."""
+def wrapped_run(fault: str, steps: int = STEPS, budget=SHARE):
+    """A user's own loop with the doctor's three lines, the planted fault in its pieces or its loop.
+
+    `budget`: the doctor's cost budget (harness/instruments/budget.py); None watches every step.
+    """
     knobs = FAULTS[fault]
     torch.manual_seed(0)
     make = cnn_factory(**{k: knobs[k] for k in ("channels", "hidden", "bias", "frozen", "batchnorm") if k in knobs})
@@ -126,6 +130,7 @@ def wrapped_run(fault: str, steps: int = STEPS):
         model_factory=make,
         memorize_steps=100,
         scaler=None if knobs.get("hide_scaler") else scaler,
+        budget=budget,
     )
     step, k, clip, left_in_eval = 0, knobs.get("accumulate", 1), knobs.get("clip", 0.0), knobs.get("eval_left", 0)
     while step < steps:
@@ -199,8 +204,9 @@ def test_the_doctor_judges_loops_of_every_standard_shape(loop, monkeypatch):
     report = wrapped_run(loop, steps=4 * STEPS if "accumulate" in knobs else STEPS)
     assert report.verdict == verdict, str(report)
     if "accumulate" in knobs:  # read from the loop, not from the loss (which the user divides by 4)
-        carried = report.features["grad_carried_share"]
-        # cleared once per epoch (20 optimizer steps): the first step of each epoch carries nothing
+        # Every cycle watched (no cost budget): cleared once per epoch (20 optimizer steps), the first step of each
+        # epoch carries nothing. (Under the budget the share is read on a sample of the cycles: the verdict above.)
+        carried = wrapped_run(loop, steps=4 * STEPS, budget=None).features["grad_carried_share"]
         assert carried == 0.0 if verdict == "healthy" else 0.75 < carried < 1.0
     if knobs.get("amp") and verdict != "amp_steps_skipped":
         assert report.measurements["amp_scale_last"] == 65536.0 and report.measurements["amp_skipped_share"] == 0.0

@@ -19,6 +19,7 @@ from digits_cnn import TRAIN, VAL
 from doctor import Doctor, UnsupportedTask
 from harness.batches import BatchError, BatchLayout
 from harness.instruments import Instruments
+from harness.instruments.budget import SHARE
 
 STEPS = 200
 IMAGES, LABELS = TRAIN.tensors[0].flatten(1), TRAIN.tensors[1]
@@ -106,15 +107,18 @@ def batches_of(make, order=None):
         yield make(IMAGES[index], LABELS[index])
 
 
-def run(shape: str, fault: str, steps: int = STEPS, pushed: bool = False):
-    """The user's own loop on this shape of batch, with the doctor's three lines and the planted fault."""
+def run(shape: str, fault: str, steps: int = STEPS, pushed: bool = False, budget=SHARE):
+    """The user's own loop on this shape of batch, with the doctor's three lines and the planted fault.
+
+    `budget`: the doctor's cost budget (harness/instruments/budget.py); None watches every step.
+    """
     model_class, make, told, call = SHAPES[shape]
     torch.manual_seed(0)
     model = model_class()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.5 if fault == "lr_too_high" else 1e-2)
     loss_fn = nn.CrossEntropyLoss()
     validation = [make(VAL_IMAGES, VAL_LABELS)]
-    doctor = Doctor(model, optimizer, loss_fn, validation=validation, model_factory=model_class, **told)
+    doctor = Doctor(model, optimizer, loss_fn, validation=validation, model_factory=model_class, budget=budget, **told)
     sorted_order = torch.argsort(LABELS, stable=True) if fault == "unshuffled_batches" else None
     step = 0
     while step < steps:
@@ -149,7 +153,9 @@ def test_each_batch_shape_gets_the_verdict_of_a_pair(shape, fault):
 
 @pytest.mark.slow
 def test_batches_handed_over_one_by_one_are_measured_as_batches_iterated():
-    watched, pushed = run("(x, y) pair", "no_zero_grad"), run("(x, y) pair", "no_zero_grad", pushed=True)
+    # Every step watched in both: under a budget, which steps are watched rests on each run's own clock.
+    watched = run("(x, y) pair", "no_zero_grad", budget=None)
+    pushed = run("(x, y) pair", "no_zero_grad", pushed=True, budget=None)
     assert pushed.verdict == watched.verdict == "no_zero_grad"
     for key in ("train_loss_curve", "grad_norm", "update_ratio", "batch_label_mix", "final_val_loss", "input_rms"):
         assert pushed.measurements[key] == watched.measurements[key], key

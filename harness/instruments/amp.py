@@ -31,6 +31,8 @@ class AmpScale(Collector):
         ),
     )
 
+    CENSUS_ONLY = True  # reads the scale at census steps
+
     def __init__(self, loop: Loop, steps: OptimizerSteps):
         self.loop, self.steps = loop, steps
         self.scales: list[float] = []

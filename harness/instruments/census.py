@@ -52,6 +52,8 @@ class GradientCensus(Collector):
         Column("grad_depth_ratio", F64, "median of that ratio over the census steps", per_budget=True),
     )
 
+    CENSUS_ONLY = True  # the census, and the RNG state before a census step's forward
+
     def __init__(self, loop: Loop, fresh_gradient: bool):
         self.loop = loop
         # Each census recomputes a fresh gradient of the last batch to compare .grad with (accumulation_ratio): a

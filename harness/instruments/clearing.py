@@ -47,6 +47,8 @@ class GradientClearing(Collector):
         ),
     )
 
+    SAMPLED = True  # a share of optimizer cycles: read on the watched ones
+
     def __init__(self, loop: Loop):
         self.loop = loop
         self.carried_steps = 0  # optimizer steps whose first backward found .grad not cleared
@@ -56,7 +58,7 @@ class GradientClearing(Collector):
         self._watched: torch.Tensor | None = None  # the parameter whose .grad is read (_hook_every_gradient)
         self._exact = False  # read by the hook on every step (_read_cleared)
         self._grad_at_step: tuple | None = None  # (weakref to .grad, its version) as the last optimizer step left it
-        self._step_hook = loop.optimizer.register_step_post_hook(self._after_update)
+        self._step_hook = loop.after_update(self._after_update, when="arming")  # for the next cycle, if it is watched
         self._hook_every_gradient()
 
     def after_backward(self, loss) -> None:
@@ -85,6 +87,8 @@ class GradientClearing(Collector):
 
     def _on_gradient(self, param: torch.Tensor, grad: torch.Tensor) -> None:
         """Runs when backward has computed `param`'s gradient, before it is added into `param.grad`."""
+        if not self.loop.watching:
+            return  # an optimizer cycle the doctor's cost budget does not watch
         if self._watched is None:  # the run's first gradient, or one after the watched parameter sat out a step
             self._watched = param
             for hooked, hook in self._gradient_hooks:

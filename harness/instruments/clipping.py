@@ -11,7 +11,7 @@ import math
 import torch
 
 from harness.column import F64, Column
-from harness.instruments.loop import Collector, Loop, before_update
+from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median
 from harness.torch_private import norms
 
@@ -37,12 +37,14 @@ class Clipping(Collector):
         ),
     )
 
+    CENSUS_ONLY = True  # reads the norms of census steps
+
     def __init__(self, loop: Loop):
         self.loop = loop
         self.kept_at_step: list[float] = []
         self._norm_after_backward = math.nan
         self._due = False
-        self._step_hook = before_update(loop.optimizer, self._before_update)
+        self._step_hook = loop.before_update(self._before_update, when="watched")  # census cycles are
 
     def after_backward(self, loss) -> None:
         if self.loop.census_now:

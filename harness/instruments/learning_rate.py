@@ -10,7 +10,7 @@ the run had used before them (lr_decayed_share), which a cosine over the whole r
 import math
 
 from harness.column import F64, Column
-from harness.instruments.loop import Collector, Loop, before_update
+from harness.instruments.loop import Collector, Loop
 
 DECAYED = 0.05  # a rate under this share of the highest one used before it has all but stopped the training
 
@@ -41,7 +41,7 @@ class LearningRate(Collector):
         self.lr_last = math.nan
         self.steps = 0
         self.decayed_steps = 0  # optimizer steps whose rate was under DECAYED x the highest rate used before them
-        self._step_hook = before_update(loop.optimizer, self._before_update)
+        self._step_hook = loop.before_update(self._before_update)
 
     def _before_update(self, optimizer) -> None:
         group = optimizer.param_groups[0]

@@ -56,6 +56,8 @@ class LossTargets(Collector):
         ),
     )
 
+    CENSUS_ONLY = True  # hooks the loss of census steps
+
     def __init__(self, loop: Loop):
         self.loop = loop
         self.hookable = isinstance(loop.loss_fn, nn.Module)

@@ -83,10 +83,11 @@ class NonFiniteWatch(Collector):
         step, inputs = self.loop.step, self.loop.last_inputs
         if self.origin is not None:
             return  # found: the rest of the run cannot say more about where it started
-        grads = (
-            [g for p in self.trained if (g := p.grad) is not None and not g.is_sparse] if self.check_gradients else []
-        )
-        if _all_finite(loss, grads):
+        # The gradients on the optimizer cycles the doctor's cost budget watches (all, without one); the loss always.
+        if not self.loop.watching and loss.is_cpu and loss.dim() == 0:
+            if math.isfinite(loss.item()):  # the loss alone, on the CPU: one read, the cheapest check there is
+                return
+        elif _all_finite(loss, self._gradients()):
             return
         loss = loss.detach()
         value = loss.item() if loss.numel() == 1 else loss.sum().item()
@@ -97,6 +98,12 @@ class NonFiniteWatch(Collector):
             self.check_gradients = False  # found: from here on the loss alone is checked
             return
         self.origin = self._origin(step, value, inputs)
+
+    def _gradients(self) -> list[torch.Tensor]:
+        """The gradients the check reads: every trained parameter's, until a non-finite one was found."""
+        if not (self.check_gradients and self.loop.watching):
+            return []
+        return [g for p in self.trained if (g := p.grad) is not None and not g.is_sparse]
 
     def _origin(self, step: int, value: float, inputs) -> Origin:
         def found(what: str, detail: str, at: int = step) -> Origin:
@@ -185,6 +192,8 @@ def _all_finite(loss: torch.Tensor, grads: list[torch.Tensor]) -> bool:
     one by one with torch.isfinite.
     """
     loss = loss.detach()
+    if not grads and loss.is_cpu:
+        return math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item())  # the loss alone: one read
     found = _found(loss.device)
     if grads:
         device = grads[0].device

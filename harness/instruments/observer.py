@@ -10,6 +10,7 @@ check reads `.grad` before anything else after backward; the probe grows before 
 on it; and the data wait is read first at the end, so that the loop's time does not include the measuring.
 """
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 from harness.batches import BatchLayout
 from harness.instruments.activations import Activations
 from harness.instruments.amp import AmpScale
+from harness.instruments.budget import Cost, CostBudget
 from harness.instruments.census import GradientCensus
 from harness.instruments.clearing import GradientClearing
 from harness.instruments.clipping import Clipping
@@ -51,6 +53,7 @@ class Instruments:
         layout: BatchLayout | None = None,
         fresh_gradient: bool = True,
         watch_nonfinite: bool = False,
+        budget: CostBudget | None = None,
     ):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.layout = layout if layout is not None else BatchLayout(model)  # where each batch keeps inputs, targets
@@ -58,6 +61,13 @@ class Instruments:
         self.keep_examples = keep_examples
         self.loop = loop = Loop(model, optimizer, loss_fn, self.layout, self.scaler, census_every)
         self.named_params = loop.named_params
+        # Under a cost budget (the doctor's; harness/instruments/budget.py) the loop's reads around each optimizer
+        # update are timed as the instruments' own, and the budget decides which cycles and censuses are read.
+        self.budget = budget
+        if budget is not None:
+            loop.spend = budget.spend
+            loop.census_gate = lambda step: budget.allows(step, self.data_wait.loop_start)
+            loop.decide_next = lambda: budget.allows(loop.step + 1, self.data_wait.loop_start)
         # Built in the order they run (see the module docstring); each registers its hooks as it is built.
         self.data_wait = DataWait()
         self.clearing = GradientClearing(loop)
@@ -96,9 +106,16 @@ class Instruments:
         # The doctor's watch for the first NaN or inf loss runs last (it may run the forward again); cells leave it off.
         self.nonfinite = NonFiniteWatch(loop) if watch_nonfinite else None
         self.collectors += [self.nonfinite] if self.nonfinite is not None else []
-        # Only the collectors that listen for an event are called on it: these run on every step of the loop.
+        # Only the collectors that listen for an event are called on it: these run on every step of the loop (on
+        # the cycles a cost budget does not watch, only those not SAMPLED).
         self._seeing = [c for c in self.collectors if type(c).see is not Collector.see]
         self._hearing = [c for c in self.collectors if type(c).after_backward is not Collector.after_backward]
+        # Not watched, around a census step (the census step, the steps either side, the rest of its cycle):
+        self._seeing_census = [c for c in self._seeing if not c.SAMPLED]
+        self._hearing_census = [c for c in self._hearing if not c.SAMPLED]
+        # and not watched, elsewhere: the loss and its finiteness, the examples kept from the first batches.
+        self._seeing_every = [c for c in self._seeing_census if not c.CENSUS_ONLY]
+        self._hearing_every = [c for c in self._hearing_census if not c.CENSUS_ONLY]
 
     # ----- where the loop is, for the training loop, the doctor and the tests -----------------------------------
     @property
@@ -131,6 +148,13 @@ class Instruments:
         return self.modes.forwards
 
     @property
+    def cost(self) -> Cost | None:
+        """What the instruments cost on this run so far, under a cost budget (None without one)."""
+        if self.budget is None:
+            return None
+        return self.budget.cost(self.loop.step + 1, self.data_wait.loop_start)
+
+    @property
     def checked_steps(self) -> int:
         """Optimizer steps whose gradient clearing was read."""
         return self.clearing.checked_steps
@@ -151,28 +175,60 @@ class Instruments:
     def watch(self, batches: Iterable, then: Callable[[], None] | None = None) -> Iterator:
         """Yield the batches of `batches`, timing how long the loop waits for each one; `then()` after each is seen."""
         for batch, waited_s in self.data_wait.timed(batches):
-            self.see(batch, waited_s)
+            start = time.perf_counter()
+            self._see(batch, waited_s)
             if then is not None:
                 then()
+            if self.budget is not None:
+                self.budget.spend(start)
             yield batch
 
-    def see(self, batch, waited_s: float = 0.0) -> None:
+    def see(self, batch, waited_s: float = 0.0, then: Callable[[], None] | None = None) -> None:
         """One batch the loop is about to train on, and how long it waited for it.
 
         `watch` calls it for each batch it yields; a loop the instruments do not iterate (a framework's callbacks)
         calls it itself, before the batch's forward pass.
         """
+        start = time.perf_counter()
+        self._see(batch, waited_s)
+        if then is not None:
+            then()
+        if self.budget is not None:
+            self.budget.spend(start)
+
+    def _see(self, batch, waited_s: float) -> None:
         self.data_wait.add(waited_s)  # before the batch is read: a batch the layout refuses was still waited for
         inputs, targets = self.layout.split(batch)
         self.loop.last_inputs, self.loop.last_targets = inputs, targets
-        for collector in self._seeing:
+        loop = self.loop
+        if loop.watching:
+            seeing = self._seeing
+        elif loop.census_next or loop.census_now or loop.census_cycle:
+            seeing = self._seeing_census
+        else:
+            seeing = self._seeing_every
+        for collector in seeing:
             collector.see(inputs, targets)
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after `loss.backward()` and before `optimizer.step()`."""
-        self.loop.advance()
-        for collector in self._hearing:
+        start = time.perf_counter()
+        loop = self.loop
+        loop.advance()
+        loop.census_cycle |= loop.census_now  # its later backward passes too: with accumulation the last counts
+        if loop.watching:
+            hearing = self._hearing
+        elif loop.census_now or loop.census_next or loop.census_cycle:
+            hearing = self._hearing_census
+        else:
+            hearing = self._hearing_every
+        for collector in hearing:
             collector.after_backward(loss)
+        if self.budget is not None:
+            self.budget.watched_steps += loop.watching
+            self.budget.spend(start)
+            if loop.step == 0:
+                self.budget.start_s = self.budget.spent_s  # the first step's one-off work: reported, not rationed
 
     def log_validation(self, step: int, loss: float, accuracy: float) -> None:
         self.losses.log_validation(step, loss, accuracy)
@@ -186,6 +242,7 @@ class Instruments:
         """Remove the hooks and return every measurement, keyed by record column."""
         for collector in self.collectors:
             collector.close()
+        self.loop.watching = True  # what is measured after the loop (the evaluations) is the instruments' own
         return self._measure(final=True)
 
     def _measure(self, final: bool) -> dict:

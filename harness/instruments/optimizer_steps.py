@@ -22,17 +22,22 @@ class OptimizerSteps(Collector):
         Column("optimizer_steps", I64, "optimizer steps taken", per_budget=True),
     )
 
+    SAMPLED = True  # backward passes per optimizer cycle: read on the watched ones (the steps on all)
+
     def __init__(self, loop: Loop):
+        self.loop = loop
         self.optimizer_steps = 0
         self.backwards_per_step: list[int] = []
         self._backwards_since_step = 0
-        self._step_hook = loop.optimizer.register_step_post_hook(self._after_update)
+        self._step_hook = loop.after_update(self._after_update)
 
     def after_backward(self, loss) -> None:
         self._backwards_since_step += 1
 
     def _after_update(self, _optimizer, _args, _kwargs) -> None:
-        self.optimizer_steps += 1
+        self.optimizer_steps += 1  # every step (the GradScaler's skipped share reads the count)
+        if not self.loop.watching:
+            return  # a cycle the doctor's cost budget does not watch: its backward passes were not counted either
         self.backwards_per_step.append(self._backwards_since_step)
         self._backwards_since_step = 0
 

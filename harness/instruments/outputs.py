@@ -88,6 +88,8 @@ class Outputs(Collector):
         ),
     )
 
+    CENSUS_ONLY = True  # hooks the forwards of census steps
+
     def __init__(self, loop: Loop, probe: Probe):
         self.loop, self.probe = loop, probe
         self.output_prob: list[float] = []  # per census: share of output rows that are probabilities

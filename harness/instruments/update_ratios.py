@@ -16,7 +16,7 @@ import torch
 
 from harness.column import F64, Column, list_of
 from harness.instruments.census import GradientCensus
-from harness.instruments.loop import Collector, Loop, before_update
+from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median, read_scalars
 from harness.torch_private import copies, differences, norms
 
@@ -48,6 +48,8 @@ class UpdateRatios(Collector):
         ),
     )
 
+    CENSUS_ONLY = True  # reads the update of census steps
+
     def __init__(self, loop: Loop, census: GradientCensus):
         self.loop, self.census = loop, census
         self.update_ratios: list[list[float]] = []
@@ -59,8 +61,8 @@ class UpdateRatios(Collector):
         self._weights_before: list[torch.Tensor] | None = None
         self._due = False  # a census asked for the update ratio of the next optimizer step
         self._hooks = [
-            before_update(loop.optimizer, self._before_update),
-            loop.optimizer.register_step_post_hook(self._after_update),
+            loop.before_update(self._before_update, when="watched"),  # census cycles are
+            loop.after_update(self._after_update, when="watched"),
         ]
 
     def after_backward(self, loss) -> None:
