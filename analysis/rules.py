@@ -296,12 +296,12 @@ def diagnose(
         value, threshold = values[rule.feature], thresholds[rule.verdict]
         if rule.fires(value, threshold):
             evidence = fields.sentence(rule.evidence, value, threshold)
-            margin = rule.margin(value, threshold)
+            margin, judged = rule.margin(value, threshold), rule.judged(value, threshold)
             if OUTCOME_GATE.is_warning(rule, harmed):
                 evidence += f"; a warning, not the verdict: the run overcame it ({gate_evidence})"
-                warnings.append(Finding(rule.verdict, evidence, rule.next_step, margin, WARNING))
+                warnings.append(Finding(rule.verdict, evidence, rule.next_step, margin, WARNING, **judged))
             else:
-                failing.append(Finding(rule.verdict, evidence, rule.next_step, margin))
+                failing.append(Finding(rule.verdict, evidence, rule.next_step, margin, **judged))
     if failing:
         return failing + warnings
     if OUTCOME_GATE.verdict_without_failure(harmed) == UNEXPLAINED:

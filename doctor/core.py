@@ -640,22 +640,18 @@ class Report:
         return self.verdict + (f", {n} warning{'s' * (n != 1)}" if n else "")
 
     def to_dict(self) -> dict:
-        def plain(value):
-            return None if isinstance(value, float) and math.isnan(value) else value
+        """The report as JSON-ready values, in the shape docs/report.schema.json holds (`SCHEMA_VERSION`).
 
+        Each finding carries what its rule judged (analysis/checks/base.py, Finding): the feature, its value, the
+        threshold and the direction, and `margin` in one unit for every finding (`MARGIN_UNIT`); null where a
+        finding was judged on no threshold (healthy, unexplained_failure) or a value was not measured.
+        """
         return {
+            "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict,
             "steps": self.steps,
-            "findings": [
-                {
-                    "verdict": f.verdict,
-                    "kind": f.kind,
-                    "evidence": f.evidence,
-                    "next_step": f.next_step,
-                    "margin": plain(f.margin),
-                }
-                for f in self.findings
-            ],
+            "margin_unit": MARGIN_UNIT,
+            "findings": [_finding_dict(f) for f in self.findings],
             "warnings": len(self.warnings),
             "not_judged": self.note,
             "forecast": None
@@ -681,7 +677,7 @@ class Report:
             "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": self.checklist.to_dict(),
             "cost": None if self.cost is None else self.cost.to_dict(),
-            "features": {k: plain(float(v)) for k, v in self.features.items()},
+            "features": {k: _plain(float(v)) for k, v in self.features.items()},
         }
 
     def __str__(self) -> str:
@@ -719,13 +715,45 @@ class Report:
     def plot(self, path, thresholds: dict[str, float] | None = None):
         """Write one PNG figure of what the verdict rests on to `path` and return the path (doctor/plot.py).
 
-        The loss curve and its spikes, gradient norms per parameter and per census, the update-to-weight ratio and
-        the data-wait share against the thresholds of the rules that read them (default: the fitted thresholds of
-        the budget nearest to the run's steps). matplotlib is imported only here.
+        One panel per failing finding (its feature against the threshold it was judged with, over the run or at
+        the step it was read), gradient norms per parameter and per census, the update-to-weight ratio and the
+        data-wait share against the thresholds of the rules that read them (`thresholds`, default: the fitted
+        ones of the budget nearest to the run's steps), and last the loss curve and its spikes. matplotlib is
+        imported only here.
         """
         from doctor.plot import plot_report
 
         return plot_report(self, path, thresholds)
+
+
+# The version of to_dict()'s shape (docs/report.schema.json): raised whenever a field changes meaning or goes.
+SCHEMA_VERSION = 1
+# The one unit of every finding's JSON `margin` (Finding.past_threshold): the text report's margin is a factor
+# for log-scale features and a difference for the others, two units a program would have to tell apart.
+MARGIN_UNIT = (
+    "the feature's own units past the threshold: value - threshold where the finding fires above it,"
+    " threshold - value where it fires below"
+)
+
+
+def _plain(value):
+    """A value for JSON: None for NaN (not measured, or not judged)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _finding_dict(finding: Finding) -> dict:
+    """One finding as JSON-ready values: what the rule judged, as it judged it (None where it judged no threshold)."""
+    return {
+        "verdict": finding.verdict,
+        "kind": finding.kind,
+        "feature": finding.feature,
+        "value": _plain(finding.value),
+        "threshold": _plain(finding.threshold),
+        "direction": finding.direction,
+        "margin": _plain(finding.past_threshold),
+        "evidence": finding.evidence,
+        "next_step": finding.next_step,
+    }
 
 
 def _margin(finding: Finding) -> str:

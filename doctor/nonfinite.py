@@ -33,4 +33,5 @@ def finding(origin: Origin, steps: int, nonfinite_losses: int) -> Finding:
         what=origin.what,
         detail=origin.detail,
     )
-    return Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan)
+    judged = NONFINITE_LOSS.judged(nonfinite_losses, NONFINITE_LOSS.fact)
+    return Finding(VERDICT, evidence, f"look at {NEXT_STEPS[origin.what]}", math.nan, **judged)

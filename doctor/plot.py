@@ -1,27 +1,39 @@
 """A picture of the run: one figure of what the doctor's verdict rests on.
 
 `plot_report(report, "run.png")` (or `report.plot("run.png")`, or `python -m doctor RECIPE --plot run.png`)
-writes one PNG; `figure_of(report)` builds the same matplotlib Figure without saving it. Its panels:
+writes one PNG; `figure_of(report)` builds the same matplotlib Figure without saving it. Its panels, top to bottom:
 
-1. the training loss per step, with the loss spikes the instruments found marked at their steps;
-2. each parameter's gradient norm (median over the gradient censuses), log scale, and which parameters never
-   got a gradient;
-3. the total gradient norm at each census;
-4. the update-to-weight ratio at each census against the thresholds of the rules that read it;
-5. the share of the loop spent waiting for batches against the starved_loader threshold.
+1. one panel per failing finding, titled with its verdict and the feature its rule read (analysis/features.py),
+   against the threshold it was judged with: over the run where the instruments recorded that feature's
+   ingredients step by step or census by census (`SERIES`), else the value as a marker at the step it was read
+   (the first step for what is read at initialization or on the first batch, the last for what is read over the
+   run or at its end). unexplained_failure, which no one feature decides, gets none;
+2. the total gradient norm at each census, and the update-to-weight ratio at each census against the thresholds
+   of the rules that read it;
+3. each parameter's gradient norm (median over the gradient censuses), log scale, and which parameters never
+   got a gradient; the share of the loop spent waiting for batches against the starved_loader threshold;
+4. last, the training loss per step, with the loss spikes the instruments found marked at their steps.
 
-Everything drawn is measured (`report.measurements`) or a fitted threshold (`analysis/thresholds.json`, the
-budget nearest to the run's steps): a panel whose series is missing or all NaN says "not measured" instead.
+Everything drawn is measured (`report.measurements`, and each finding's value as its rule judged it) or a
+threshold: a finding's own, and for the panels of 2 and 3 the fitted thresholds of the budget nearest to the
+run's steps (`analysis/thresholds.json`). A panel whose series is missing or all NaN says "not measured" instead.
 A threshold is drawn on the scale of the series in its panel; where the rule reads a feature derived from it
-(analysis/features.py), the conversion is exact for this run and the line's label says so.
+(analysis/features.py), the conversion is exact for this run and the line's label says so. Every legend says
+what it shows in words.
 """
 
+import itertools
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
+from analysis.checks.base import Finding
+from analysis.features import FEATURES
 from analysis.plots import pyplot
 from analysis.rules import RULES, load_thresholds
+from harness.columns import DECLARED
 
 NOT_MEASURED = "not measured"
 
@@ -44,31 +56,40 @@ def plot_report(report, path: str | Path, thresholds: Mapping[str, float] | None
 def figure_of(report, thresholds: Mapping[str, float] | None = None):
     """The matplotlib Figure of `report`, unsaved (close it with pyplot's close when done).
 
-    Each panel's Axes carries a label ("loss", "grad_norm", "grad_norm_curve", "update_ratio", "data_wait") and
-    each drawn threshold a gid "threshold:VERDICT", so that the figure can be read back.
+    Each panel's Axes carries a label ("finding:VERDICT" for each failing finding's, then "grad_norm_curve",
+    "update_ratio", "grad_norm", "data_wait" and "loss") and each drawn threshold a gid ("threshold:VERDICT", or
+    "finding_threshold:VERDICT" in a finding's panel), so that the figure can be read back.
     """
     thresholds = load_thresholds(report.steps) if thresholds is None else dict(thresholds)
     m = report.measurements
     names = _list(m.get("param_names"))
+    judged = [f for f in report.failing if f.feature is not None]
     plt = pyplot()
     # The per-parameter bars need room for one name per row: a deep model gets a taller figure.
-    height = 10 + max(0, len(names) - 16) * 0.16
+    height = 10 + 2.6 * len(judged) + max(0, len(names) - 16) * 0.16
     figure = plt.figure(figsize=(14, height), layout="constrained")
-    grid = figure.add_gridspec(3, 2, height_ratios=[1.2, 1, 1])
-    _loss_panel(figure.add_subplot(grid[0, :], label="loss"), m)
-    _grad_norm_panel(figure.add_subplot(grid[1, 0], label="grad_norm_curve"), m)
-    _update_ratio_panel(figure.add_subplot(grid[2, 0], label="update_ratio"), m, thresholds)
-    right = grid[1:, 1].subgridspec(2, 1, height_ratios=[6, 1])
+    n = len(judged)
+    grid = figure.add_gridspec(n + 3, 2, height_ratios=[1.1] * n + [1, 1, 1.2])
+    for row, finding in enumerate(judged):
+        _finding_panel(figure.add_subplot(grid[row, :], label=f"finding:{finding.verdict}"), finding, m, report.steps)
+    _grad_norm_panel(figure.add_subplot(grid[n, 0], label="grad_norm_curve"), m)
+    _update_ratio_panel(figure.add_subplot(grid[n + 1, 0], label="update_ratio"), m, thresholds)
+    right = grid[n : n + 2, 1].subgridspec(2, 1, height_ratios=[6, 1])
     _param_panel(figure.add_subplot(right[0], label="grad_norm"), m)
     _data_wait_panel(figure.add_subplot(right[1], label="data_wait"), m, thresholds)
+    _loss_panel(figure.add_subplot(grid[n + 2, :], label="loss"), m)
     figure.suptitle(_title(report), fontsize=13)
     return figure
 
 
 def _title(report) -> str:
     title = f"verdict: {report.verdict}  (from {report.steps} training steps)"
-    later = [f.verdict for f in report.findings[1:]]
-    return title + (f"\nalso fired: {', '.join(later)}" if later else "")
+    failing = [f.verdict for f in report.failing[1:]]
+    warned = [f.verdict for f in report.warnings]
+    more = ([f"also failing: {', '.join(failing)}"] if failing else []) + (
+        [f"warnings: {', '.join(warned)}"] if warned else []
+    )
+    return title + (f"\n{'; '.join(more)}" if more else "")
 
 
 # ----- helpers ---------------------------------------------------------------------------------------------------
@@ -107,6 +128,124 @@ def _log_if_positive(ax, values: Sequence[float], axis: str = "y") -> None:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
 
 
+# ----- each failing finding: its own feature against its threshold -------------------------------------------------
+# The record columns read at the start of the run, on its first batch or on the weights before any update: a
+# feature computed from these alone is drawn at the first step, any other at the last (read over the run, or at
+# its end: the trained model's scores, the quick references, the totals of the loop).
+READ_AT_START = frozenset(
+    {
+        "first_loss",
+        "ln_classes",
+        "input_rms",
+        "loss_kind",
+        "task",
+        "dead_unit_share_init",
+        "activation_growth_init",
+        "grad_depth_ratio_init",
+        "saturated_share_init",
+    }
+)
+MEANINGS = {column.name: column.meaning for column in DECLARED}  # the record columns the unfitted facts read
+
+
+class Series(NamedTuple):
+    """A feature over the run: at each of `steps` the value it would have had then, and how the rule reads it."""
+
+    steps: list[float]
+    values: list[float]
+    words: str  # what the curve is, for its legend
+    reading: str  # "peak" (the largest value) or "last": the value the rule judged
+
+
+def _update_ratios(m: Mapping) -> tuple[list[float], list[float]] | None:
+    """The update ratio at each census step; None where the ratios cannot be placed at their census steps."""
+    curve, steps = _floats(m.get("update_ratio_curve")), _floats(m.get("census_steps"))
+    return (steps, curve) if _finite(curve) and len(curve) == len(steps) else None
+
+
+def _peak_series(m: Mapping) -> Series | None:
+    ratios = _update_ratios(m)
+    words = "median update ratio of the weight matrices at each census step"
+    return None if ratios is None else Series(*ratios, words, "peak")
+
+
+def _progress_series(m: Mapping) -> Series | None:
+    ratios = _update_ratios(m)
+    if ratios is None:
+        return None
+    left = _loss_left(m)
+    words = f"update ratio at each census step x share of the first loss left at the end ({left:.2f})"
+    return Series(ratios[0], [r * left for r in ratios[1]], words, "peak")
+
+
+def _nonfinite_series(m: Mapping) -> Series | None:
+    losses = _floats(m.get("train_loss_curve"))
+    counted = list(itertools.accumulate(int(not math.isfinite(v)) for v in losses))
+    return Series(list(range(len(losses))), counted, "non-finite training losses so far", "last") if losses else None
+
+
+# The features whose ingredients the instruments record over the run, each as the curve the rule reads.
+SERIES: dict[str, Callable[[Mapping], Series | None]] = {
+    "update_ratio_peak": _peak_series,
+    "steps_without_progress": _progress_series,
+    "nonfinite_losses": _nonfinite_series,
+}
+
+
+def read_at_start(feature: str) -> bool:
+    """Whether a feature (or an unfitted fact's record column) is read at the start of the run."""
+    columns = FEATURES[feature].reads if feature in FEATURES else (feature,)
+    return bool(columns) and all(column in READ_AT_START for column in columns)
+
+
+def series_of(finding: Finding, m: Mapping) -> Series | None:
+    """The finding's feature over the run, where it was recorded and its reading is the value the rule judged."""
+    made = SERIES[finding.feature](m) if finding.feature in SERIES else None
+    if made is None:
+        return None
+    finite = [v for v in made.values if math.isfinite(v)]
+    read = (max(finite) if made.reading == "peak" else made.values[-1]) if finite else math.nan
+    return made if math.isclose(read, finding.value, rel_tol=1e-9, abs_tol=1e-12) else None
+
+
+def _reading_index(series: Series) -> int:
+    """Where on the curve the rule's value lies: its largest finite value, or its last."""
+    if series.reading == "last":
+        return len(series.values) - 1
+    finite = [i for i, v in enumerate(series.values) if math.isfinite(v)]
+    return max(finite, key=lambda i: series.values[i])
+
+
+def _finding_panel(ax, finding: Finding, m: Mapping, steps: int) -> None:
+    """The feature a failing finding rests on, over the run or at the step it was read, against its threshold."""
+    feature, value, threshold = finding.feature, finding.value, finding.threshold
+    sentence = FEATURES[feature].sentence if feature in FEATURES else MEANINGS.get(feature, "")
+    ax.set_title(f"{finding.verdict}: {feature}\n{textwrap.shorten(sentence, 150)}", fontsize=9)
+    series = series_of(finding, m)
+    if series is not None:
+        ax.plot(series.steps, series.values, marker="o", ms=3, lw=1, color="tab:blue", label=series.words)
+        at = series.steps[_reading_index(series)]
+        label = f"the value judged, {value:.3g} (the {series.reading} of the curve)"
+    else:
+        at = 0 if read_at_start(feature) else max(steps - 1, 0)
+        when = "read at initialization, on the first batch" if at == 0 else "read over the run, at its end"
+        label = f"{feature} = {value:.3g}, {when}"
+    if math.isfinite(value):
+        ax.scatter([at], [value], color="tab:red", zorder=3, s=40, label=label).set_gid(f"judged:{finding.verdict}")
+    else:
+        ax.plot([], [], " ", label=f"{feature} = {value}, {'' if series else 'at its step, '}not drawn")
+    words = f"threshold {threshold:.3g}, the one judged with: {finding.verdict} fires {finding.direction} it"
+    line = ax.axhline(threshold, ls="--", lw=1, color="tab:red", label=words)
+    line.set_gid(f"finding_threshold:{finding.verdict}")
+    drawn = [v for v in [value, threshold, *(series.values if series else [])] if math.isfinite(v)]
+    if feature in FEATURES and FEATURES[feature].log and drawn and min(drawn) > 0:
+        ax.set_yscale("log")
+    ax.set_xlim(-0.5, max(steps, 1) - 0.5)  # the run's steps, as in the loss panel
+    ax.set_xlabel("training step")
+    ax.set_ylabel(feature + (" (log scale)" if ax.get_yscale() == "log" else ""), fontsize=8)
+    ax.legend(loc="best", fontsize=7)
+
+
 # ----- 1. the loss curve and its spikes -------------------------------------------------------------------------
 def _loss_panel(ax, m: Mapping) -> None:
     losses = _floats(m.get("train_loss_curve"))
@@ -124,7 +263,7 @@ def _loss_panel(ax, m: Mapping) -> None:
         [losses[s] for s in finite_spikes],
         color="tab:red",
         zorder=3,
-        label=f"loss spikes ({len(spikes)}: the instruments' steps)",
+        label=f"loss spikes, steps whose loss jumped far out of its recent range ({len(spikes)} found)",
     )
     spike_points.set_gid("loss_spikes")
     for s in sorted(set(spikes) - set(finite_spikes)):  # a spike to NaN or inf: its step, not a made-up height
@@ -211,7 +350,7 @@ def _on_ratio_scale(m: Mapping) -> dict[str, tuple[Callable[[float], float], str
         "update_ratio_peak": (lambda t: t, "peak {op} {t:.2g}"),
         "steps_without_progress": (
             lambda t: t / left if left > 0 else math.inf,
-            "peak x loss left {op} {t:.2g}; loss left " + f"{left:.2f}" + ": peak {op} {line:.2g}",
+            "peak x loss left {op} {t:.2g}, so with loss left " + f"{left:.2f}" + " peak {op} {line:.2g}",
         ),
     }
 
@@ -243,7 +382,7 @@ def _update_ratio_panel(ax, m: Mapping, thresholds: Mapping[str, float]) -> None
         op = ">" if rule.above else "<"
         label = f"{rule.verdict} fires if " + words.format(op=op, t=threshold, line=line)
         if not math.isfinite(line):
-            ax.plot([], [], " ", label=f"{rule.verdict}: cannot fire (no loss left), no line")
+            ax.plot([], [], " ", label=f"{rule.verdict} cannot fire (no loss left), so no line")
             continue
         color = "tab:red" if rule.above else "tab:orange"
         ax.axhline(line, ls="--", lw=1, color=color, label=label).set_gid(f"threshold:{rule.verdict}")
@@ -268,7 +407,7 @@ def _data_wait_panel(ax, m: Mapping, thresholds: Mapping[str, float]) -> None:
     t = thresholds.get("starved_loader")
     if t is not None and math.isfinite(t) and t >= 0:
         line = t / (1 + t)
-        label = f"starved_loader fires if wait/compute > {t:.2g}: share > {line:.0%}"
+        label = f"starved_loader fires above {t:.2g} s waiting per s of compute, a share above {line:.0%}"
         ax.axvline(line, ls="--", color="tab:red", label=label).set_gid("threshold:starved_loader")
     ax.set_title(title)
     ax.set_xlabel("time waiting for batches / loop time")

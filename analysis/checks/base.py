@@ -84,6 +84,10 @@ class Rule:
             return False
         return value > threshold if self.above else value < threshold
 
+    def judged(self, value: float, threshold: float) -> dict:
+        """What a finding of this rule keeps of its judgement: Finding's feature, value, threshold and above."""
+        return {"feature": self.feature, "value": float(value), "threshold": float(threshold), "above": self.above}
+
     def margin(self, value: float, threshold: float) -> float:
         """How far the value sits beyond the threshold: a factor for log-scale features, else a difference."""
         if FEATURES[self.feature].log and value > 0 and threshold > 0:
@@ -94,13 +98,38 @@ class Rule:
 
 @dataclass(frozen=True)
 class Finding:
-    """One rule that fired on one run (or the verdict when none is failing: healthy, unexplained_failure)."""
+    """One rule that fired on one run (or the verdict when none is failing: healthy, unexplained_failure).
+
+    `feature`, `value`, `threshold` and `above` are what the rule judged, kept as it judged them: the feature's name
+    (for an unfitted fact, the record column it reads), its value on this run, the threshold it crossed, and
+    whether the rule fires above it (False: below). None and NaN on healthy and unexplained_failure, which no one
+    threshold decides.
+    """
 
     verdict: str
     evidence: str
     next_step: str
-    margin: float  # how far the deciding measurement sits beyond its threshold
+    margin: float  # how far past its threshold, as the text report says it: a factor for log-scale features
     kind: str = FAILING  # FAILING: the run's verdict can rest on it; WARNING: an oddity the run did not pay for
+    feature: str | None = None
+    value: float = math.nan
+    threshold: float = math.nan
+    above: bool | None = None
+
+    @property
+    def direction(self) -> str | None:
+        """'above' or 'below': which side of its threshold the finding fires on (None: judged on no threshold)."""
+        return None if self.above is None else "above" if self.above else "below"
+
+    @property
+    def past_threshold(self) -> float:
+        """How far the value lies past the threshold, in the feature's own units: positive on the side that fires.
+
+        One unit for every finding (the margin above is a factor for log-scale features); NaN where not judged.
+        """
+        if self.above is None:
+            return math.nan
+        return self.value - self.threshold if self.above else self.threshold - self.value
 
 
 @dataclass(frozen=True)
@@ -176,4 +205,8 @@ class Check(Rule):
         if value is None or not self.fires(float(value), self.fact):
             return None
         evidence = Evidence(measured, {}).sentence(self.evidence, value, self.fact)
-        return Finding(self.verdict, evidence, self.next_step, math.nan)
+        return self.finding(evidence, float(value))
+
+    def finding(self, evidence: str, value: float) -> Finding:
+        """The finding of this fact on a run where it fired: no factor margin (a fact is not fitted), what it judged."""
+        return Finding(self.verdict, evidence, self.next_step, math.nan, **self.judged(value, self.fact))

@@ -53,7 +53,7 @@ class Cost:
 
     def to_dict(self) -> dict:
         return {
-            "share": self.share,
+            "share": self.share if self.loop_s > 0 else None,  # JSON has no NaN
             "share_budget": self.share_budget,
             "spent_s": self.spent_s,
             "start_s": self.start_s,

@@ -1,0 +1,86 @@
+"""Short real runs of the doctor for the report's JSON and figure tests: a tiny MLP on 8 random features.
+
+Each run is a probe of 60 to 200 steps (about half a second on one thread); `run(case)` gives its report and
+`CASES` says what each is: a healthy run, planted faults (a rate too high, a rate too low, NaN inputs), a run
+that learns despite its oddities (warnings only), and a loop that never calls zero_grad (its own loop, the
+doctor's three lines).
+"""
+
+import functools
+
+import torch
+from torch import nn
+
+from doctor import Doctor, Report, probe
+
+_g = torch.Generator().manual_seed(0)
+X = torch.randn(512, 8, generator=_g)
+Y = (X[:, 0] + X[:, 1] > 0).long()
+VALIDATION = [(X[:128], Y[:128])]
+
+
+def batches(scale: float = 1.0, nan: bool = False) -> list:
+    """One pass over the examples in batches of 32: scaled, or with one NaN input value in each batch."""
+    out = []
+    for i in range(0, len(X), 32):
+        x = X[i : i + 32] * scale
+        if nan:
+            x = x.clone()
+            x[0, 0] = float("nan")
+        out.append((x, Y[i : i + 32]))
+    return out
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def _probe(optimizer, steps: int = 60, scale: float = 1.0, nan: bool = False) -> Report:
+    torch.manual_seed(0)
+    return probe(
+        mlp,
+        lambda: batches(scale, nan),
+        nn.functional.cross_entropy,
+        optimizer,
+        steps=steps,
+        validation=VALIDATION,
+    )
+
+
+def _no_zero_grad() -> Report:
+    """The issue's example: a loop that never clears .grad, watched with the doctor's three lines."""
+    torch.manual_seed(0)
+    net = mlp()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    doctor = Doctor(net, optimizer, nn.functional.cross_entropy, batches() * 4, validation=VALIDATION)
+    for x, y in doctor:
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()  # no optimizer.zero_grad(): every step adds to the last one's gradients
+        doctor.after_backward(loss)
+        optimizer.step()
+    return doctor.report()
+
+
+# Each case: how to run it, and its headline (the verdict and the warnings counted).
+CASES = {
+    "healthy": (lambda: _probe(lambda p: torch.optim.Adam(p, lr=1e-2), steps=200), "healthy"),
+    "a rate too high": (lambda: _probe(lambda p: torch.optim.SGD(p, lr=10.0)), "lr_too_high"),
+    "a rate too low": (lambda: _probe(lambda p: torch.optim.SGD(p, lr=1e-6)), "lr_too_low"),
+    "NaN inputs": (lambda: _probe(lambda p: torch.optim.SGD(p, lr=0.1), nan=True), "nonfinite_loss"),
+    "inputs 30x too large, overcome": (
+        lambda: _probe(lambda p: torch.optim.Adam(p, lr=1e-2), scale=30.0),
+        "healthy, 2 warnings",
+    ),
+    "no zero_grad": (_no_zero_grad, "no_zero_grad, 1 warning"),
+}
+
+
+@functools.cache
+def run(case: str) -> Report:
+    """The report of one case, run once per test session (on one thread: tiny models run fastest on one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return CASES[case][0]()
+    finally:
+        torch.set_num_threads(threads)
