@@ -95,7 +95,7 @@ def main() -> None:
     print(f"machine: torch {torch.__version__}, 1 thread, python {sys.version.split()[0]}")
     overhead(data, "doctor on the digits MLP (widths 64, 64; batches of 64)", 600, 64, 64)
     overhead(data, "the same, a longer run", 3000, 64, 64)
-    overhead(data, "doctor on a wider MLP (widths 1024, 1024; batches of 512)", 200, 1024, 512)
+    overhead(data, "doctor on a wider MLP (widths 1024, 1024; batches of 128)", 200, 1024, 128)
     for name in ("healthy_cnn", "starved_loader"):
         recipe = load(ROOT / "examples" / f"{name}.py")
         times = []
