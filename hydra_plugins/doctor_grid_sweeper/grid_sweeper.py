@@ -178,14 +178,18 @@ class GridSweeper(Sweeper):
             sys.exit(2)
 
     def _fault_file(self, name: str) -> DictConfig | None:
-        """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None."""
+        """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None.
+
+        Hydra's repository hands a file's defaults list apart from its content (`defaults_list`): a file with one
+        (`defaults: [override /optimizer: sgd_momentum]`) chooses options and takes Hydra's full composition.
+        """
         cache = self._fault_files
         if name not in cache:
             result = self.hydra_context.config_loader.repository.load_config(config_path=f"fault/{name}")
             plain = (
                 result is not None
                 and result.header.get("package") == "_global_"
-                and "defaults" not in result.config
+                and not result.defaults_list
                 and "hydra" not in result.config
             )
             cache[name] = result.config if plain else None
