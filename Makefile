@@ -13,6 +13,13 @@ ARGS   ?=
 RECIPE ?= examples/cnn_no_zero_grad.py
 
 BIN := $(VENV)/bin
+# JOBS is joblib's n_jobs: N >= 1 workers, or negative counted back from the CPU cores (-1 every core, -2 all but
+# one). Anything else stops here, in one line and before setup runs; `python -m harness` refuses the same values.
+ifneq ($(JOBS),)
+ifeq ($(shell printf '%s' '$(JOBS)' | grep -Ex -- '-?[1-9][0-9]*'),)
+$(error JOBS=$(JOBS) is out of range: it must be a number of workers >= 1, or negative to count back from the CPU cores (-1 every core, -2 all but one))
+endif
+endif
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help

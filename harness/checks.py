@@ -62,6 +62,10 @@ def _between(low: float, high: float, low_open: bool, high_open: bool) -> tuple[
     return ok, f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
 
 
+# numpy's legacy seeding (np.random.seed, scikit-learn's random_state) takes 0 to 2**32 - 1: a seed outside it would
+# fail every cell of the grid with the same ValueError, after the sweep has started.
+SEED_MAX = 2**32 - 1
+
 _BOOL = ((lambda v: isinstance(v, bool)), "true or false")
 _POSITIVE = ((lambda v: _number(v) and v > 0), "a finite number > 0")
 _NON_NEGATIVE = ((lambda v: _number(v) and v >= 0), "a finite number >= 0")
@@ -70,7 +74,7 @@ _POSITIVE_INTS = ((lambda v: isinstance(v, list) and all(_integer(i) and i >= 1 
 # Every numeric or boolean knob of conf/config.yaml (and the model knobs every family shares), with what is valid.
 # A key a recipe does not have (a model family without `dropout`) is not checked.
 KNOBS: dict[str, tuple[Callable, str]] = {
-    "seed": (_integer, "an integer"),
+    "seed": ((lambda v: _integer(v) and 0 <= v <= SEED_MAX), f"an integer from 0 to {SEED_MAX} (numpy's seed range)"),
     "data.val_fraction": _between(0, 1, True, True),
     "data.standardize": _BOOL,
     "data.input_scale": _POSITIVE,
@@ -141,6 +145,20 @@ def knob_problems(cfg: DictConfig | dict) -> list[str]:
 
 
 _ABSENT = object()
+
+
+def n_jobs_problem(n_jobs) -> str | None:
+    """What is wrong with the sweep's worker count (`hydra.sweeper.n_jobs`, `make sweep JOBS=N`); None if nothing.
+
+    joblib takes any non-zero integer: N >= 1 workers, or a negative one counted back from the CPU cores (-1 every
+    core, -2 all but one; never fewer than one worker). 0 it refuses with a traceback, and only once the sweep runs.
+    """
+    if _integer(n_jobs) and n_jobs != 0:
+        return None
+    return (
+        f"hydra.sweeper.n_jobs={n_jobs!r} is out of range: it must be a number of workers >= 1, or negative to count "
+        "back from the CPU cores (-1 every core, -2 all but one); `make sweep JOBS=N` sets it"
+    )
 
 
 def _plain(cfg: DictConfig | dict) -> dict:

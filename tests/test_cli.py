@@ -19,7 +19,7 @@ BAD = {
     "fault=[lr_too_high,nope]": "unknown fault 'nope'",
     "fault==": "malformed override 'fault=='",
     "optimizer.lrr=0.1": "Key 'lrr' is not in struct",
-    "seed=abc": "seed must be an integer, got 'abc'",
+    "seed=abc": "seed='abc' is out of range: it must be an integer from 0 to 4294967295",
 }
 
 
@@ -130,6 +130,6 @@ def test_a_glob_over_faults_checks_every_file_it_finds(tmp_path):
 
     (tmp_path / "fault").mkdir()
     (tmp_path / "fault" / "zz_old.yaml").write_text("# @package _global_\nfault: {name: old, diagnosis: lr_too_low}\n")
-    problem = check_command_line(["--config-dir", str(tmp_path), "fault=glob(*)"])
+    problem = check_command_line(["--config-dir", str(tmp_path), "-m", "fault=glob(*)"])  # a glob is a grid
     assert problem is not None and problem.startswith("fault=zz_old: a fault file names itself")
-    assert check_command_line(["--config-dir", str(tmp_path), "fault=glob(*,exclude=zz_*)"]) is None
+    assert check_command_line(["--config-dir", str(tmp_path), "-m", "fault=glob(*,exclude=zz_*)"]) is None

@@ -40,8 +40,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import ConfigError, knob_problems
-from harness.cli import choices, unknown_key_message
+from harness.checks import ConfigError, knob_problems, n_jobs_problem
+from harness.cli import choices, same_group_choices, unknown_key_message
 
 
 @dataclass
@@ -138,7 +138,10 @@ class GridSweeper(Sweeper):
         faults = [g for g in groups if g.split("=", 1)[0] == "fault"]
         contents = [self._fault_file(name) for g in faults for name in choices(g.split("=", 1)[1])]
         if len(faults) != 1 or any(c is None for c in contents):
-            return _application(loader.load_sweep_config(self.config, groups))
+            full = loader.load_sweep_config(self.config, groups)
+            if len(faults) == 1:
+                self._check_fault_keys(faults[0], groups, full)
+            return _application(full)
         others = (*tuple(g for g in groups if g not in faults), "~fault")
         if others not in cache:
             cache[others] = _application(loader.load_sweep_config(self.config, list(others)))
@@ -155,6 +158,21 @@ class GridSweeper(Sweeper):
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)  # before any cell runs, like every other bad input
         return application
+
+    def _check_fault_keys(self, fault: str, groups: list[str], full: DictConfig) -> None:
+        """Exit 2 if a fault file with a defaults list or its own package sets a key the recipe lacks.
+
+        The recipe it is checked against is composed without it but with the group choices it made: a fault file
+        with `defaults: [override /optimizer: sgd_momentum]` sets `optimizer.momentum`, which that option has.
+        """
+        others = [g for g in groups if g != fault] + ["~fault"] + same_group_choices(full.hydra.runtime.choices, groups)
+        base = _application(self.hydra_context.config_loader.load_sweep_config(self.config, others))
+        names = choices(fault.split("=", 1)[1])
+        file = self._files.get(f"fault/{names[0]}") if len(names) == 1 else None  # `_fault_file` has read it
+        problem = unknown_key_message(fault, base, _application(full), file=file)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)  # before any cell runs, like every other bad input
 
     def _check_global_keys(self, choice: str) -> None:
         """Exit 2 if a `_global_` dataset file of the grid sets a key the recipe lacks (a misspelled knob).
@@ -178,14 +196,18 @@ class GridSweeper(Sweeper):
             sys.exit(2)
 
     def _fault_file(self, name: str) -> DictConfig | None:
-        """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None."""
+        """The content of conf/fault/<name>.yaml if it is a plain `_global_` override, else None.
+
+        Hydra's repository hands a file's defaults list apart from its content (`defaults_list`): a file with one
+        (`defaults: [override /optimizer: sgd_momentum]`) chooses options and takes Hydra's full composition.
+        """
         cache = self._fault_files
         if name not in cache:
             result = self.hydra_context.config_loader.repository.load_config(config_path=f"fault/{name}")
             plain = (
                 result is not None
                 and result.header.get("package") == "_global_"
-                and "defaults" not in result.config
+                and not result.defaults_list
                 and "hydra" not in result.config
             )
             cache[name] = result.config if plain else None
@@ -221,6 +243,10 @@ class GridSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from harness.sweep import run_cells
 
+        problem = n_jobs_problem(self.n_jobs)  # `python -m harness` says so before this; joblib, with a traceback
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            raise SystemExit(2)
         try:
             counts = run_cells(
                 lambda: self.compose_cells(arguments), n_jobs=self.n_jobs, backend=self.backend, address=self.address
