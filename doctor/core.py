@@ -42,12 +42,19 @@ The task is read from the first batch's targets and the model's output (harness/
 with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, or regression
 targets shaped like the output. What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for
 a batch, model or task it does not cover: a batch whose inputs or targets it cannot find, targets of none of
-those tasks). Exceptions raised by the user's own model, loss or data code pass through unchanged.
+those tasks), a class label outside the output's classes that the loss does not ignore (its ignore_index; labels
+it ignores are left out of every measurement), and a model with no parameters. Exceptions raised by the user's own
+model, loss or data code pass through unchanged.
+
+A step budget and a time budget, `Doctor(..., max_steps=N, max_seconds=S)`, stop the watch handing out batches
+once either is spent; the report says the run was cut there. `doctor.interrupted()` after a KeyboardInterrupt
+makes the report of the steps so far say it was interrupted (the probe loop and doctor/recipe.py do it on Ctrl-C).
 """
 
 import contextlib
 import itertools
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -73,7 +80,8 @@ from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
 from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
-from harness.targets import Task, TaskError, class_labels, read_task
+from harness.instruments.probe import FirstLayer, first_layer_input
+from harness.targets import Task, TaskError, class_labels, in_classes, read_task
 
 
 class CannotJudge(Exception):
@@ -82,6 +90,41 @@ class CannotJudge(Exception):
 
 class UnsupportedTask(CannotJudge, ValueError):
     """The batches, model or task are not the ones the doctor covers: its rules would give a wrong verdict."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C with no report to give (before the first training step, or during the end-of-run measurements).
+
+    A KeyboardInterrupt still, as the user asked to stop; the message says in one line when it came.
+    """
+
+
+def budget(value, name: str, whole: bool) -> int | float | None:
+    """A step budget (`whole`: an int) or a time budget in seconds, checked: above 0, or None for no budget.
+
+    ValueError naming the value otherwise (the command line's --max-steps and --max-seconds read the same).
+    """
+    kinds = (int,) if whole else (int, float)
+    if value is None or (isinstance(value, kinds) and not isinstance(value, bool) and 0 < value < math.inf):
+        return value
+    unit = "a whole number of training steps" if whole else "a number of seconds"
+    none = " (None: no budget)" if name.startswith("max_") else ""
+    raise ValueError(f"{name} must be {unit} above 0{none}, not {value!r}")
+
+
+def check_budgets(max_steps, max_seconds) -> tuple[int | None, float | None]:
+    """The step and time budgets, checked (None: no budget): the watch yields no batch once either is spent."""
+    return budget(max_steps, "max_steps", whole=True), budget(max_seconds, "max_seconds", whole=False)
+
+
+def _has_parameters(model: nn.Module) -> None:
+    """CannotJudge for a model with no parameters: no optimizer can train it, and the doctor has nothing to read."""
+    if next(iter(model.parameters()), None) is None:
+        raise UnsupportedTask(
+            f"the model has no parameters to train: {type(model).__name__} registers no nn.Parameter (layers kept in"
+            " a plain list or dict rather than nn.ModuleList or nn.ModuleDict, or tensors not wrapped in"
+            " nn.Parameter, are not registered)"
+        )
 
 
 RECENT_EXAMPLES = 256  # training accuracy is measured on at least this many of the last examples trained on
@@ -104,6 +147,10 @@ def refusing():
 class Doctor:
     """Watches one training loop. See the module docstring for the three lines."""
 
+    stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
+    input_scale = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
+    _started: float | None = None  # when the watch first asked for a batch: the time budget runs from there
+
     def __init__(
         self,
         model: nn.Module,
@@ -123,8 +170,12 @@ class Doctor:
         targets=None,
         output=None,
         budget: "float | CostBudget | None" = SHARE,
+        max_steps: int | None = None,
+        max_seconds: float | None = None,
     ):
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
+        _has_parameters(model)
+        self.max_steps, self.max_seconds = check_budgets(max_steps, max_seconds)  # the watch stops once one is spent
         with refusing():  # where each batch keeps its inputs and targets (harness/batches.py); None: read from it
             self.layout = BatchLayout(model, inputs=inputs, targets=targets, output=output)
         self.memorize_steps = memorize_steps  # per rate, on a fresh model from model_factory (3 rates)
@@ -174,9 +225,43 @@ class Doctor:
         return self.watch(self.batches)
 
     def watch(self, batches: Iterable) -> Iterator:
-        """Yield the batches as they are, timing the wait for each; the first is read for the task."""
+        """Yield the batches as they are, timing the wait for each; the first is read for the task.
+
+        With a step or time budget (max_steps, max_seconds) no batch is yielded once either is spent.
+        """
+        if self.max_steps is not None or self.max_seconds is not None:
+            batches = self._within_budget(batches)  # without a budget, no check at all on each step
         with refusing():  # the user's loop body does not run in here: only the doctor's reading of each batch
             yield from self.instruments.watch(batches, then=self._seen)
+
+    def _within_budget(self, batches: Iterable) -> Iterator:
+        """The batches until the step or time budget is spent, checked before each is fetched (none is left untrained).
+
+        Steps are the backward passes after_backward saw; the time runs from the watch's first batch, across
+        epochs (a new watch of the next epoch yields nothing once a budget is spent).
+        """
+        if self._started is None:
+            self._started = time.perf_counter()
+        iterator = iter(batches)
+        while True:
+            if self.max_steps is not None and self.steps >= self.max_steps:
+                self.stopped = f"cut at the step budget, max_steps={self.max_steps}"
+                return
+            if self.max_seconds is not None and time.perf_counter() - self._started >= self.max_seconds:
+                self.stopped = f"cut at the time budget, max_seconds={self.max_seconds:g}"
+                return
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch
+
+    def interrupted(self) -> None:
+        """Say the run was stopped by Ctrl-C: the report of the steps so far says so.
+
+        For a loop that catches KeyboardInterrupt and reports anyway (the command line does): call it, then report().
+        """
+        self.stopped = f"interrupted (Ctrl-C) after {self.steps} steps"
 
     def see(self, batch, waited_s: float = 0.0) -> None:
         """One batch the loop is about to train on, for loops the doctor does not iterate (a framework's callbacks).
@@ -189,8 +274,10 @@ class Doctor:
     def _seen(self) -> None:
         inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
         if self.task is None:
-            self.task = check_task(self.model, self.layout, inputs, targets)
+            self.task, first = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
             self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
+            # Integer inputs cast inside forward (uint8 pixels): the scale the first layer sees (instruments/probe.py).
+            self.input_scale = self.instruments.probe_batch.scale_seen_by_model(first)
             if self.validation is not None:
                 self.val_start = self._evaluate(self.validation)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
@@ -236,6 +323,8 @@ class Doctor:
                 unmemorized=self.unmemorized,
                 memorized_on=self.memorized_on,
                 cost=self.cost,
+                stopped=self.stopped,
+                input_scale=self.input_scale,
             )
         return self._observed
 
@@ -322,7 +411,8 @@ class Doctor:
         """The validation examples the references are scored on (None without validation)."""
         if self.validation is None:
             return None
-        return _examples(self.validation, self.layout, self.instruments.keep_examples, self.task.kind)
+        classes = self.task.n_classes if self.task.kind == "multiclass" else None
+        return _examples(self.validation, self.layout, self.instruments.keep_examples, self.task.kind, classes)
 
     def report(self, thresholds: dict[str, float] | None = None) -> "Report":
         """finish() the watch and diagnose() the run: the verdict, the findings, and the bigger-machine check.
@@ -355,6 +445,8 @@ class Observed:
     unmemorized: str = "no model factory given"  # why memorization was not measured, if it was not
     memorized_on: int = 0  # examples memorization fitted
     cost: Cost | None = None  # what the doctor's instruments cost on the loop (None: watched without a budget)
+    stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
+    input_scale: str = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
 
 
 def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) -> "Report":
@@ -365,6 +457,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
     findings, note = _findings(observed, thresholds)
+    if observed.input_scale:  # said, not silent: the rule reading it could not be judged
+        unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
+        note = unscaled if note is None else f"{note}; {unscaled}"
     return Report(
         tuple(findings),
         bigger_machine(observed, findings[0].verdict, thresholds["starved_loader"]),
@@ -381,6 +476,7 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
             measured.get("reference_val_examples"),
         ),
         cost=observed.cost,
+        stopped=observed.stopped,
     )
 
 
@@ -500,11 +596,12 @@ def _first_examples(pairs: Iterable, n: int) -> tuple:
 
 
 def _examples(
-    batches: Iterable, layout: BatchLayout, limit: int, task: str | None
+    batches: Iterable, layout: BatchLayout, limit: int, task: str | None, classes: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Up to `limit` (inputs, class labels) of a validation iterable, inputs flattened to rows, on the CPU.
 
     None when the task has no class labels (multi-label, regression) or the inputs are not floating point.
+    Labels outside [0, classes) are the loss's to ignore: those examples are left out.
     """
     xs, ys, n = [], [], 0
     for batch in batches:
@@ -512,6 +609,9 @@ def _examples(
         labels = class_labels(kept[1], task) if kept is not None else None
         if labels is None:
             return None
+        valid = in_classes(labels, classes)
+        if not bool(valid.all()):
+            kept, labels = (kept[0][valid], kept[1][valid]), labels[valid]
         xs.append(kept[0])
         ys.append(labels)
         n += len(kept[1])
@@ -520,18 +620,70 @@ def _examples(
     return (torch.cat(xs), torch.cat(ys)) if xs else None
 
 
-def check_task(model: nn.Module, layout: BatchLayout, inputs, targets: torch.Tensor) -> Task:
+def check_task(
+    model: nn.Module, layout: BatchLayout, inputs, targets: torch.Tensor, loss_fn: Callable | None = None
+) -> tuple[Task, FirstLayer]:
     """The task of the first batch (harness/targets.py), read on an eval-mode forward before the loop trains on it.
 
-    UnsupportedTask if the model cannot be called on the inputs as the layout reads them, or its output and the
-    targets make no task the doctor covers: refused before the first step, not after a run of steps.
+    UnsupportedTask if the model cannot be called on the inputs as the layout reads them, its output and the
+    targets make no task the doctor covers, or a class label lies outside the output's classes and `loss_fn` does
+    not ignore it: refused before the first step, not after a run of steps. With the task, what the model's first
+    layer was handed on that forward (harness/instruments/probe.py: the scale of inputs cast inside forward).
     """
-    with eval_mode(model), torch.no_grad(), refusing():
+    with eval_mode(model), torch.no_grad(), refusing(), first_layer_input(model) as first:
         out = layout.forward(model, to_device(inputs, next(model.parameters()).device))
     try:
-        return read_task(targets, out)
+        task = read_task(targets, out)
     except TaskError as error:
         raise UnsupportedTask(str(error)) from None
+    if task.kind == "multiclass":
+        _check_labels(targets, out, task.n_classes, loss_fn)
+    return task, first
+
+
+def _check_labels(targets: torch.Tensor, out: torch.Tensor, classes: int, loss_fn: Callable | None) -> None:
+    """UnsupportedTask for a class label of the first batch outside [0, classes) that the loss does not ignore.
+
+    Read once: later batches' labels outside the classes are left out of the doctor's measurements, never a crash
+    (harness/targets.py: in_classes), and a loss that does not ignore them raises in the loop's own code.
+    """
+    labels = targets.detach().reshape(-1)
+    outside = sorted(set(labels[~in_classes(labels, classes)].tolist()))
+    refused = [label for label in outside if not _ignores(loss_fn, out, labels, classes, label)]
+    if refused:
+        label = refused[0]
+        raise UnsupportedTask(
+            f"class label {label} in the first batch's targets is outside the model's {classes} classes (0 to"
+            f" {classes - 1}), and the loss does not ignore it: fix the labels (or the output layer's width), or, if"
+            f" {label} marks examples to leave out, give the loss ignore_index={label}, e.g."
+            f" nn.CrossEntropyLoss(ignore_index={label})"
+        )
+
+
+def _ignores(loss_fn: Callable | None, out: torch.Tensor, labels: torch.Tensor, classes: int, label: int) -> bool:
+    """Whether the loss ignores examples labelled `label`: its ignore_index, or else a try on the CPU.
+
+    The try adds one example with that label to one well-labelled example: ignored when the loss stays the same.
+    It runs on the CPU, where a class index a loss does not ignore raises (on an accelerator it is a device-side
+    assert). A loop whose loss the doctor is not given (None) is left to its own loss.
+    """
+    if loss_fn is None:
+        return True
+    index = getattr(loss_fn, "ignore_index", None)
+    if isinstance(index, int):
+        return index == label
+    inside = in_classes(labels, classes).nonzero()
+    if not len(inside):
+        return False  # no well-labelled example to compare with
+    row = out[int(inside[0]) : int(inside[0]) + 1].detach().float().cpu()
+    known = labels[int(inside[0]) : int(inside[0]) + 1].cpu()
+    try:
+        with torch.no_grad():
+            alone = float(loss_fn(row, known))
+            both = float(loss_fn(torch.cat([row, row]), torch.cat([known, known.new_tensor([label])])))
+    except Exception:  # noqa: BLE001 - a loss that cannot take the label does not ignore it
+        return False
+    return math.isclose(alone, both, rel_tol=1e-5, abs_tol=1e-7)
 
 
 def cycle(batches: Callable[[], Iterable] | Iterable) -> Iterator:
@@ -558,15 +710,22 @@ def probe(
     inputs=None,
     targets=None,
     output=None,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
 ) -> "Report":
     """Run a short standard training loop on the recipe's pieces under the doctor and return its report.
 
     `inputs`, `targets` and `output` say where batches keep their inputs and targets and which output the loss
-    reads, as for `Doctor` (harness/batches.py), where the doctor cannot tell by itself.
+    reads, as for `Doctor` (harness/batches.py), where the doctor cannot tell by itself; `max_steps` and
+    `max_seconds` cut the loop short, as for `Doctor`. Ctrl-C (KeyboardInterrupt) during the loop ends it with the
+    report of the steps so far; before the first step, or during the end-of-run measurements, it raises
+    `Interrupted`.
     """
+    budget(steps, "steps", whole=True)
     torch.manual_seed(seed)
     device = torch.device(device)
     model = model_factory().to(device)
+    _has_parameters(model)  # before the optimizer, which would refuse an empty parameter list in its own words
     optimizer = optimizer_factory(model.parameters())
     doctor = Doctor(
         model,
@@ -577,6 +736,8 @@ def probe(
         inputs=inputs,
         targets=targets,
         output=output,
+        max_steps=max_steps,
+        max_seconds=max_seconds,
     )
     layout = doctor.layout
     model.train()
@@ -592,7 +753,41 @@ def probe(
             optimizer.step()
     except torch.OutOfMemoryError as error:
         doctor.error = error  # the report's bigger-machine section says so
-    return doctor.report()
+    except KeyboardInterrupt:
+        stopped_by_user(doctor)
+    return final_report(doctor)
+
+
+def stopped_by_user(doctor: "Doctor | None") -> "Doctor":
+    """The doctor of a run Ctrl-C stopped, marked so; Interrupted if there is none or it saw no training step."""
+    if doctor is None or doctor.steps == 0:
+        raise Interrupted("interrupted (Ctrl-C) before the first training step: nothing to report") from None
+    doctor.interrupted()
+    return doctor
+
+
+def final_report(doctor: "Doctor") -> "Report":
+    """doctor.report(); a Ctrl-C during its end-of-run measurements (fits, evaluations) raises Interrupted.
+
+    After a Ctrl-C in the loop, the hooks may have been stopped half-way through a step: if the steps so far cannot
+    be reported, Interrupted says so in one line rather than blame the loop's code.
+    """
+    try:
+        return doctor.report()
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted (Ctrl-C) while the doctor measured the end of the run, after {doctor.steps} training steps:"
+            " no report (--max-steps or --max-seconds cut a run short and still report)"
+        ) from None
+    except CannotJudge:
+        raise
+    except Exception as error:
+        if doctor.stopped is None or not doctor.stopped.startswith("interrupted"):
+            raise
+        raise Interrupted(
+            f"{doctor.stopped}, inside the doctor's own measuring: the steps so far cannot be reported"
+            f" ({type(error).__name__}: {error})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -603,7 +798,8 @@ class Report:
     none is failing), then the other failing findings in rule order, then the warnings: oddities the run did not
     pay for (analysis/rules.py). `note` says which rules were not judged, and why (on a run whose loss went NaN
     or inf). `places`, set when the run came from a recipe file (doctor/recipe.py), gives per verdict the
-    recipe's lines its next step is about. A report is a value: `diagnose` builds it, nothing changes it.
+    recipe's lines its next step is about. `stopped` says why the run ended before its loop did (a step or time
+    budget, Ctrl-C). A report is a value: `diagnose` builds it, nothing changes it.
     """
 
     findings: tuple[Finding, ...]
@@ -618,6 +814,7 @@ class Report:
     # Would more data help? The quick references refitted on shares of the examples (analysis/data_forecast.py).
     data_forecast: DataForecast | None = None
     cost: Cost | None = None  # what the doctor cost on the loop, and the steps it watched in full
+    stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
 
     @property
     def verdict(self) -> str:
@@ -651,6 +848,7 @@ class Report:
             "verdict": self.verdict,
             "steps": self.steps,
             "margin_unit": MARGIN_UNIT,
+            "stopped": self.stopped,  # null: the loop ran to its end
             "findings": [_finding_dict(f) for f in self.findings],
             "warnings": len(self.warnings),
             "not_judged": self.note,
@@ -682,7 +880,8 @@ class Report:
 
     def __str__(self) -> str:
         failing, warnings = [f for f in self.findings if f.kind != WARNING], self.warnings
-        lines = [f"verdict: {self.headline}  (from {self.steps} training steps)"]
+        stopped = f"; {self.stopped}" if self.stopped else ""
+        lines = [f"verdict: {self.headline}  (from {self.steps} training steps{stopped})"]
         for i, finding in enumerate(failing, 1):
             lines += self._finding_lines(f"  {i}. ", finding)
         if self.verdict not in (HEALTHY, UNEXPLAINED) and len(failing) == 1 and self.note is None:

@@ -23,6 +23,11 @@ is a recipe that lacks a required name (RecipeError). An exception raised by the
 syntax error, an error in its model, loss or data) is the user's, and passes through with its traceback (exit
 status 3).
 
+A step or time budget (`run(..., max_steps=N, max_seconds=S)`, the command line's --max-steps and --max-seconds)
+cuts the probe loop or train()'s loop short wherever it iterates the doctor (doctor.watch), and the report says so.
+Ctrl-C during the probe loop or train() ends it with the report of the steps so far, saying it was interrupted;
+before the first training step it raises `Interrupted` (doctor/core.py).
+
 The report points each finding at the recipe's lines its next step is about ("where: recipe.py:12: ..."): the
 optimizer's for a rate, the model's for an activation or a layer, the loss's, the batches' for the data, and
 train()'s for the loop's own mistakes (PARTS below).
@@ -30,14 +35,13 @@ train()'s for the loop's own mistakes (PARTS below).
 
 import ast
 import dataclasses
-import functools
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 from analysis import checks
-from doctor.core import CannotJudge, Doctor, Report, probe
+from doctor.core import CannotJudge, Doctor, Report, budget, check_budgets, final_report, probe, stopped_by_user
 
 REQUIRED = ("model", "batches", "loss", "optimizer")
 
@@ -119,12 +123,27 @@ def places(report: Report, path: str | Path, own_loop: bool = True) -> dict[str,
     return found
 
 
-def run(recipe: ModuleType, force_probe: bool = False, steps: int | None = None) -> Report:
+def run(
+    recipe: ModuleType,
+    force_probe: bool = False,
+    steps: int | None = None,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+) -> Report:
     """The recipe's own loop under the doctor if it has `train`, else the doctor's probe loop.
 
-    The report points at the recipe's lines each finding is about (`Report.places`).
+    `steps` is the probe loop's length (default: the recipe's STEPS, or 300); `max_steps` and `max_seconds` are
+    the step and time budgets of whichever loop runs. The report points at the recipe's lines each finding is
+    about (`Report.places`).
     """
-    report = _run(recipe, force_probe, steps)
+    if steps is not None and hasattr(recipe, "train") and not force_probe:
+        raise RecipeError(
+            f"steps (--steps) is the probe loop's length, and {Path(getattr(recipe, '__file__', 'the recipe')).name}"
+            " runs its own train(): cut its loop with max_steps (--max-steps N), or run the probe (--probe --steps N)"
+        )
+    checked = check_budgets(max_steps, max_seconds)
+    budgets = {"max_steps": checked[0], "max_seconds": checked[1]}
+    report = _run(recipe, force_probe, _probe_steps(recipe, steps), budgets)
     path = getattr(recipe, "__file__", None)
     if path:
         found = places(report, path, own_loop=hasattr(recipe, "train") and not force_probe)
@@ -132,27 +151,44 @@ def run(recipe: ModuleType, force_probe: bool = False, steps: int | None = None)
     return report
 
 
-def _run(recipe: ModuleType, force_probe: bool, steps: int | None) -> Report:
+def _probe_steps(recipe: ModuleType, steps: int | None) -> int:
+    """The probe loop's length: `steps`, else the recipe's STEPS, else 300 (ValueError or RecipeError if not > 0)."""
+    if steps is not None:
+        return budget(steps, "steps", whole=True)
+    try:
+        return budget(getattr(recipe, "STEPS", 300), "STEPS", whole=True)
+    except ValueError as error:
+        raise RecipeError(f"the recipe's {error}: set STEPS to the probe loop's length, e.g. STEPS = 300") from None
+
+
+def _run(recipe: ModuleType, force_probe: bool, steps: int, budgets: dict) -> Report:
     validation = getattr(recipe, "validation", None)
     layout = {name.lower(): getattr(recipe, name) for name in ("INPUTS", "TARGETS", "OUTPUT") if hasattr(recipe, name)}
     if hasattr(recipe, "train") and not force_probe:
-        doctor = recipe.train(
-            functools.partial(
-                Doctor, validation=validation() if validation else None, model_factory=recipe.model, **layout
-            )
-        )
+        built: list[Doctor] = []  # the doctor train() builds: a Ctrl-C in its loop still reports its steps so far
+        given = {"validation": validation() if validation else None, "model_factory": recipe.model, **layout, **budgets}
+
+        def doctor_for_train(*args, **kwargs) -> Doctor:
+            built.append(Doctor(*args, **{**given, **kwargs}))
+            return built[-1]
+
+        try:
+            doctor = recipe.train(doctor_for_train)
+        except KeyboardInterrupt:
+            doctor = stopped_by_user(built[-1] if built else None)
         if not isinstance(doctor, Doctor):
             raise RecipeError(
                 f"the recipe's train(Doctor) returned {'None' if doctor is None else type(doctor).__name__}, not the"
                 " doctor it built: end it with `return doctor`"
             )
-        return doctor.report()
+        return final_report(doctor)
     return probe(
         recipe.model,
         recipe.batches,
         recipe.loss,
         recipe.optimizer,
-        steps=steps or getattr(recipe, "STEPS", 300),
+        steps=steps,
         validation=validation() if validation else None,
         **layout,
+        **budgets,
     )

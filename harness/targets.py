@@ -108,6 +108,17 @@ def class_labels(targets: torch.Tensor, task: str | None) -> torch.Tensor | None
     return None
 
 
+def in_classes(labels: torch.Tensor, n_classes: int | None = None) -> torch.Tensor:
+    """Per class index: whether it names one of the `n_classes` classes (any class >= 0 when None).
+
+    Labels outside [0, C) are the ones a loss ignores (its ignore_index: -100 by default, -1 or 255 as padding):
+    the doctor refuses them at the first batch unless the loss ignores them (doctor/core.py), and every count and
+    score here leaves them out rather than crashing on them or counting them as a class.
+    """
+    valid = labels >= 0
+    return valid & (labels < n_classes) if n_classes is not None else valid
+
+
 def _decisions(outputs: torch.Tensor) -> torch.Tensor:
     """0/1 decisions of binary or multi-label outputs: probabilities at 0.5, logits at 0."""
     cut = 0.5 if bool(((outputs >= 0) & (outputs <= 1)).all()) else 0.0
@@ -127,8 +138,11 @@ class Scorer:
     def add(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         outputs = outputs.detach().float()
         if self.task == "multiclass":
-            self.hits += float((outputs.argmax(dim=1) == targets).sum())
-            self.count += len(targets)
+            # Labels the loss ignores (outside the output's classes) are left out: no example to score.
+            valid = in_classes(targets, outputs.shape[1])
+            hits, count = torch.stack([((outputs.argmax(dim=1) == targets) & valid).sum(), valid.sum()]).tolist()
+            self.hits += hits
+            self.count += count
         elif self.task == "onehot":
             self.hits += float((outputs.argmax(dim=1) == targets.argmax(dim=1)).sum())
             self.count += len(targets)
@@ -167,6 +181,14 @@ def identify_loss(loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> str:
     Keras's categorical cross-entropy on sigmoid outputs alike); a loss that is the candidate matches it anywhere.
     """
     with torch.no_grad():
+        if not targets.is_floating_point() and targets.dim() == 1 and outputs.dim() == 2:
+            # Class labels the loss ignores (outside the output's classes) are named on the other rows only: the
+            # candidates below do not ignore them, and on an accelerator an index out of range is a device assert.
+            valid = in_classes(targets, outputs.shape[1])
+            if not bool(valid.all()):
+                if not bool(valid.any()):
+                    return "other"
+                outputs, targets = outputs[valid], targets[valid]
         # Shrinking keeps every value's sign and [0, 1] range, so each candidate still applies to the second output;
         # it is rounded to the output's own dtype first, so both sides see the same values.
         shrink = 0.5 + 0.5 * torch.frac(torch.arange(outputs.numel(), device=outputs.device) * 0.6180339887)

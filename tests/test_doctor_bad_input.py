@@ -275,6 +275,10 @@ SAY = (
     "say where its inputs and targets are, Doctor(..., inputs=..., targets=...) with an int (a tuple item), a str (a"
     " dict key or attribute), a tuple of them (several inputs) or a function of the batch"
 )
+NO_PARAMETERS = (
+    "the model has no parameters to train: Net registers no nn.Parameter (layers kept in a plain list or dict rather"
+    " than nn.ModuleList or nn.ModuleDict, or tensors not wrapped in nn.Parameter, are not registered)"
+)
 REFUSED = {
     "a dict batch without a targets key": (
         """
@@ -362,6 +366,86 @@ REFUSED = {
         """,
         "the recipe's train(Doctor) returned None, not the doctor it built: end it with `return doctor`",
     ),
+    # Before: a crash in the doctor's own frames (a gather with index -1), blamed on the recipe (exit status 3).
+    "a class label of -1 the loss does not ignore": (
+        "Y[::7] = -1",
+        "class label -1 in the first batch's targets is outside the model's 2 classes (0 to 1), and the loss does not"
+        " ignore it: fix the labels (or the output layer's width), or, if -1 marks examples to leave out, give the"
+        " loss ignore_index=-1, e.g. nn.CrossEntropyLoss(ignore_index=-1)",
+    ),
+    "a class label past the output's classes": (
+        "Y[3] = 2",
+        "class label 2 in the first batch's targets is outside the model's 2 classes (0 to 1), and the loss does not"
+        " ignore it: fix the labels (or the output layer's width), or, if 2 marks examples to leave out, give the"
+        " loss ignore_index=2, e.g. nn.CrossEntropyLoss(ignore_index=2)",
+    ),
+    "a loss ignoring another label than the batches hold": (
+        """
+        Y[::7] = -1
+        loss = nn.CrossEntropyLoss(ignore_index=255)
+        """,
+        "class label -1 in the first batch's targets is outside the model's 2 classes (0 to 1), and the loss does not"
+        " ignore it: fix the labels (or the output layer's width), or, if -1 marks examples to leave out, give the"
+        " loss ignore_index=-1, e.g. nn.CrossEntropyLoss(ignore_index=-1)",
+    ),
+    "a loss function (no ignore_index attribute) that raises on -1": (
+        """
+        Y[::7] = -1
+        def loss(out, y):
+            return nn.functional.cross_entropy(out, y)
+        """,
+        "class label -1 in the first batch's targets is outside the model's 2 classes (0 to 1), and the loss does not"
+        " ignore it: fix the labels (or the output layer's width), or, if -1 marks examples to leave out, give the"
+        " loss ignore_index=-1, e.g. nn.CrossEntropyLoss(ignore_index=-1)",
+    ),
+    # Before: StopIteration from the doctor's next(model.parameters()), blamed on the recipe (exit status 3).
+    "a model with no parameters, its optimizer given another tensor": (
+        """
+        class Net(nn.Module):
+            def forward(self, x):
+                return torch.zeros(len(x), 2, requires_grad=True)
+
+        def model():
+            return Net()
+
+        def optimizer(params):
+            return torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        """,
+        NO_PARAMETERS,
+    ),
+    "a model with no parameters (layers in a plain list)": (
+        """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = [nn.Linear(8, 2)]
+
+            def forward(self, x):
+                return self.layers[0](x)
+
+        def model():
+            return Net()
+        """,
+        NO_PARAMETERS,
+    ),
+    "a model with no parameters in train()": (
+        """
+        class Net(nn.Module):
+            def forward(self, x):
+                return torch.zeros(len(x), 2, requires_grad=True)
+
+        def train(Doctor):
+            net = Net()
+            doctor = Doctor(net, torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), loss, batches())
+            return doctor
+        """,
+        NO_PARAMETERS,
+    ),
+    "STEPS = 0 in the recipe": (
+        "STEPS = 0",
+        "the recipe's STEPS must be a whole number of training steps above 0, not 0: set STEPS to the probe"
+        " loop's length, e.g. STEPS = 300",
+    ),
 }
 
 
@@ -384,8 +468,82 @@ def test_the_help_text_documents_the_exit_codes(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    for code in ("0  healthy", "1  a fault was named", "2  the doctor cannot judge", "3  the recipe's own code"):
+    for code in (
+        "0  healthy",
+        "1  a fault was named",
+        "2  the doctor cannot judge",
+        "3  the recipe's own code",
+        "130  Ctrl-C with nothing to report",
+    ):
         assert code in text
+    for option in ("--max-steps N", "--max-seconds S", "--steps N"):
+        assert option in text
+
+
+# ----- options the doctor cannot use: exit status 2 in one line, before anything runs -------------------------
+# The recipe's batches() raises: had the run started, the exit status would be 3. The folder `missing` does not exist.
+NOT_RUN = """
+def batches():
+    raise RuntimeError("the run started")
+"""
+STEPS_LINE = "must be a whole number of training steps above 0, not {!r}"
+OPTIONS = {
+    # Before: --steps 0 was ignored (the default ran), --steps -5 ran no step and advised wrapping the loader.
+    "--steps 0": (
+        ["--steps", "0"],
+        "--steps " + STEPS_LINE.format("0") + " (leave it out for the recipe's STEPS, or 300)",
+    ),
+    "--steps -5": (
+        ["--steps", "-5"],
+        "--steps " + STEPS_LINE.format("-5") + " (leave it out for the recipe's STEPS, or 300)",
+    ),
+    "--steps 2.5": (
+        ["--steps", "2.5"],
+        "--steps " + STEPS_LINE.format("2.5") + " (leave it out for the recipe's STEPS, or 300)",
+    ),
+    "--max-steps 0": (["--max-steps", "0"], "--max-steps " + STEPS_LINE.format("0")),
+    "--max-steps -1": (["--max-steps", "-1"], "--max-steps " + STEPS_LINE.format("-1")),
+    "--max-steps ten": (["--max-steps", "ten"], "--max-steps " + STEPS_LINE.format("ten")),
+    "--max-seconds 0": (["--max-seconds", "0"], "--max-seconds must be a number of seconds above 0, not '0'"),
+    "--max-seconds -3": (["--max-seconds", "-3"], "--max-seconds must be a number of seconds above 0, not '-3'"),
+    "--max-seconds nan": (["--max-seconds", "nan"], "--max-seconds must be a number of seconds above 0, not 'nan'"),
+    "--max-seconds inf": (["--max-seconds", "inf"], "--max-seconds must be a number of seconds above 0, not 'inf'"),
+    "--max-seconds 1m": (["--max-seconds", "1m"], "--max-seconds must be a number of seconds above 0, not '1m'"),
+    # Before: the run ran, then writing the JSON raised and the exit status was 1, read as "a fault".
+    "--json into a missing folder": (
+        ["--json", "{tmp}/missing/report.json"],
+        "--json {tmp}/missing/report.json: its folder {tmp}/missing does not exist; create it, or name another file",
+    ),
+    "--plot into a missing folder": (
+        ["--plot", "{tmp}/missing/report.png"],
+        "--plot {tmp}/missing/report.png: its folder {tmp}/missing does not exist; create it, or name another file",
+    ),
+    "--json naming a folder": (
+        ["--json", "{tmp}"],
+        "--json {tmp} is a folder: name a file in it (e.g. {tmp}/report)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", OPTIONS)
+def test_an_option_the_doctor_cannot_use_is_refused_in_one_line_before_the_run(tmp_path, capsys, case):
+    args, message = OPTIONS[case]
+    path = write(tmp_path, "not_run", NOT_RUN)
+    args = [a.format(tmp=tmp_path) for a in args]
+    assert doctor_cli(capsys, path, *args) == (2, "", f"error: {message.format(tmp=tmp_path)}\n")
+
+
+def test_steps_for_a_recipe_that_runs_its_own_loop_is_refused_not_ignored(tmp_path, capsys):
+    own_loop = """
+    def train(Doctor):
+        raise RuntimeError("the run started")
+    """
+    path = write(tmp_path, "own_loop", own_loop)
+    expected = (
+        "error: steps (--steps) is the probe loop's length, and own_loop.py runs its own train(): cut its loop with"
+        " max_steps (--max-steps N), or run the probe (--probe --steps N)\n"
+    )
+    assert doctor_cli(capsys, path, "--steps", "10") == (2, "", expected)
 
 
 # ----- the user's own code raised: exit status 3, with the user's traceback -----------------------------------

@@ -10,7 +10,7 @@ import torch
 
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import example_rows
-from harness.targets import class_labels
+from harness.targets import class_labels, in_classes
 
 
 class KeptExamples(Collector):
@@ -43,6 +43,11 @@ class KeptExamples(Collector):
             return None
         if y is None or len(y) != len(x):
             return None
+        valid = in_classes(y, self.loop.classes if self.loop.task == "multiclass" else None)
+        if not bool(valid.all()):  # labels the loss ignores (-1, -100, 255) are no class for a reference to learn
+            x, y = x[valid], y[valid]
+            if not len(y):
+                return None
         _, first = np.unique(torch.cat([x, y.unsqueeze(1).float()], dim=1).numpy(), axis=0, return_index=True)
         order = torch.from_numpy(np.sort(first))
         return x[order], y[order]

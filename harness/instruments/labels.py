@@ -16,9 +16,22 @@ import torch
 from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import entropy
-from harness.targets import class_labels
+from harness.targets import class_labels, in_classes
 
 BATCH_DRAWS = 256  # random batches the label mix is compared with
+
+
+def _left_in(labels: torch.Tensor, sizes: list[int], valid: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """The labels that name a class, and how many each batch keeps (batches left with none are dropped).
+
+    `labels` are the batches' labels laid end to end, `sizes` each batch's count: labels the loss ignores (-1,
+    -100, 255: outside the output's classes) are no class to count, in the class mix or in a batch's entropy.
+    """
+    if sum(sizes) != len(labels):  # targets of several labels per example: no batch boundaries to keep
+        return labels[valid], sizes
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(valid.device)
+    kept = torch.bincount(batch[valid], minlength=len(sizes)).tolist()
+    return labels[valid], [n for n in kept if n]
 
 
 class Labels(Collector):
@@ -80,11 +93,16 @@ class Labels(Collector):
             labels = class_labels(torch.cat(pending), task)
         except (RuntimeError, ValueError):
             return
-        if labels is None or not len(labels) or int(labels.min()) < 0:
+        if labels is None or not len(labels):
             return
         sizes = [len(t) for t in pending]
-        if sum(sizes) == len(labels):
+        valid = in_classes(labels, self.loop.classes if task == "multiclass" else None)
+        if not bool(valid.all()):
+            labels, sizes = _left_in(labels, sizes, valid)
+        if labels.numel() and sum(sizes) == len(labels):
             self._batch_entropies(labels, sizes)
+        if not labels.numel():
+            return
         counts = torch.bincount(labels, minlength=0 if self.label_counts is None else len(self.label_counts))
         if self.label_counts is not None and len(counts) > len(self.label_counts):
             self.label_counts = torch.nn.functional.pad(self.label_counts, (0, len(counts) - len(self.label_counts)))

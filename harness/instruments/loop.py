@@ -52,6 +52,9 @@ class Loop:
         self.last_targets: torch.Tensor | None = None
         self.task: str | None = None  # read from the first training forward (harness/targets.py)
         self.loss_kind = "other"  # what the loss computes, named on the first training forward
+        # Class indices: the output's width, read with the loss; labels outside [0, classes) are the loss's to ignore
+        # (its ignore_index) and every collector leaves them out (harness/targets.py: in_classes).
+        self.classes: int | None = None
         self.own_forward = False  # the instruments' own forward passes are not the loop's: hooks leave them alone
         # Read on every step, so plain attributes rather than properties (advance sets them).
         self.census_now = False  # whether step `step` is a census step (its backward was seen last)

@@ -20,7 +20,7 @@ from torch import nn
 from harness.batches import tensors
 from harness.column import F64, I64, Column, list_of
 from harness.instruments.signals import plain_forward
-from harness.targets import Scorer, class_labels, task_of
+from harness.targets import Scorer, class_labels, in_classes, task_of
 
 # The capacity fit: enough examples that a model narrower than the problem needs cannot fit them all, few enough
 # steps to cost under a second for the grid's MLPs. Measured on digits (seeds 0-2): the grid's MLP fits all 1024
@@ -101,7 +101,7 @@ def memorize(
     }
 
 
-def constant_score(targets: torch.Tensor, task: str) -> float:
+def constant_score(targets: torch.Tensor, task: str, n_classes: int | None = None) -> float:
     """What the best constant answer scores on these targets: the baseline of "fits above the baseline".
 
     The most frequent class's share for one class per example, each label's more frequent value for multi-label
@@ -113,7 +113,7 @@ def constant_score(targets: torch.Tensor, task: str) -> float:
         share = targets.float().reshape(len(targets), -1).mean(dim=0)
         return float(torch.maximum(share, 1 - share).mean())
     labels = class_labels(targets, task)
-    labels = labels[labels >= 0]  # an ignored label (-100, padding) is no class
+    labels = labels[in_classes(labels, n_classes)]  # a label the loss ignores (-100, padding) is no class
     return float(torch.bincount(labels).max()) / len(labels) if len(labels) else math.nan
 
 
@@ -139,7 +139,7 @@ def fit_capacity(
         return dict(NO_CAPACITY)
     sizes = [len(y) for _, y in batches]
     total = sum(sizes)
-    best, best_rate, task = -math.inf, math.nan, None
+    best, best_rate, task, classes = -math.inf, math.nan, None, None
     for rate in [float(r) for r in rates]:
         with torch.random.fork_rng(devices=[]):  # the run's own RNG stream is left untouched
             torch.manual_seed(seed)
@@ -159,6 +159,7 @@ def fit_capacity(
                 outputs = forward(model, x)
                 if scorer is None:
                     task = task_of(y, outputs)
+                    classes = outputs.shape[1] if task == "multiclass" else None
                     scorer = Scorer(task)
                 scorer.add(outputs, y)
         score = scorer.value()
@@ -167,7 +168,7 @@ def fit_capacity(
     targets = torch.cat([y.reshape(len(y), -1) if task in ("multilabel", "onehot") else y for _, y in batches])
     return {
         "capacity_score": best if math.isfinite(best) else math.nan,
-        "capacity_baseline": constant_score(targets, task),
+        "capacity_baseline": constant_score(targets, task, classes),
         "capacity_rate": best_rate,
         "capacity_examples": total,
     }

@@ -24,6 +24,7 @@ from harness.targets import (
     TaskError,
     class_labels,
     identify_loss,
+    in_classes,
     output_reach,
     output_spread,
     task_of,
@@ -132,6 +133,8 @@ class Outputs(Collector):
     def _read_task(self, output, targets) -> None:
         """The loss, and the task unless it was read already, from the first training forward and its batch."""
         self._loss_read = True
+        if torch.is_tensor(output) and output.dim() == 2 and not targets.is_floating_point():
+            self.loop.classes = output.shape[1]  # class indices outside the output's width are not classes
         if self.loop.task is None:  # the grid's cells; the doctor reads it at its first batch (Instruments.task_read)
             try:
                 self.loop.task = task_of(targets, output)
@@ -150,10 +153,16 @@ class Outputs(Collector):
         if task not in ("multiclass", "onehot") or not torch.is_tensor(targets):
             return
         labels = class_labels(targets, task)
-        if labels.shape[0] != probabilities.shape[0] or int(labels.max()) >= probabilities.shape[1]:
+        if labels.shape[0] != probabilities.shape[0]:
             return
         if labels.device != probabilities.device:
             labels = labels.to(probabilities.device)
+        # Labels the loss ignores (-1, -100, 255: outside the output's classes) are no answer to contradict.
+        valid = in_classes(labels, probabilities.shape[1])
+        if not bool(valid.all()):
+            if not bool(valid.any()):
+                return
+            probabilities, labels = probabilities[valid], labels[valid]
         given = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
         other_first = probabilities.argmax(dim=1) != labels
         self.disagreement.append((self.loop.step + 1, float((other_first & (given < 0.1)).float().mean())))
