@@ -2,8 +2,11 @@
 
 import functools
 import json
+import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import CONF, FAULTS, ROOT, SIZES
 
@@ -11,6 +14,7 @@ from analysis import docs
 from analysis.__main__ import main
 from analysis.rules import load_thresholds
 from doctor import doc_examples, machine
+from harness.records import SCHEMA_VERSION, empty_record, write_record
 
 DOCS = ROOT / "docs"
 
@@ -182,3 +186,37 @@ def test_the_command_line_says_what_is_missing_in_one_line_and_exits_2(tiny_exam
     )
     assert main(["docs", "--check"]) == 2  # the kept runs the committed page shows are not in the moved folder
     assert "error: no kept run" in capsys.readouterr().err
+
+
+# The quick start's Python (README.md) runs on a records folder, foreign files and all.
+
+
+def test_the_quick_starts_python_loads_a_records_folder_and_leaves_a_foreign_table_out(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", quick_start, re.DOTALL)[1]
+    assert "load_records(" in code and "read_parquet(" not in code
+    folder = tmp_path / "runs" / "default"
+    for i, fault in enumerate(["healthy", "healthy", "lr_too_high"]):
+        write_record(
+            {
+                **empty_record(),
+                "cell_id": f"c{i}",
+                "status": "ok",
+                "schema_version": SCHEMA_VERSION,
+                "fault": fault,
+                "dataset": "digits",
+                "final_val_acc": 0.5 + 0.1 * i,
+            },
+            folder,
+        )
+    pq.write_table(pa.table({"x": [1, 2]}), folder / "mine.parquet")  # a user's own table dropped in the folder
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    with pytest.warns(UserWarning, match=r"skipped files in runs/default: 1 not a record \(mine.parquet\)"):
+        exec(code, scope)  # the README's own lines, as a user runs them
+    assert len(scope["df"]) == 3
+    assert scope["df"].groupby(["fault", "dataset"]).final_val_acc.mean().round(2).to_dict() == {
+        ("healthy", "digits"): 0.55,
+        ("lr_too_high", "digits"): 0.7,
+    }
