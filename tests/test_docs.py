@@ -220,3 +220,20 @@ def test_the_quick_starts_python_loads_a_records_folder_and_leaves_a_foreign_tab
         ("healthy", "digits"): 0.55,
         ("lr_too_high", "digits"): 0.7,
     }
+
+
+@pytest.mark.parametrize(
+    ("term", "anchor"),
+    [("quick reference", "quick-references"), ("zoo", "zoo"), ("step budget", "step-budget"), ("census", "census")],
+)
+def test_the_readme_links_each_term_to_its_definition_where_it_first_uses_it(term, anchor):
+    readme = " ".join((ROOT / "README.md").read_text().split())  # a link may be wrapped over two lines
+    first = readme.lower().find(term)
+    if first < 0:
+        pytest.skip(f"README.md does not use {term!r}")
+    link = re.match(r"\[([^\]]*)\]\(([^)]*)\)", readme[first - 1 :])
+    assert link and link[2] == f"docs/terms.md#{anchor}", (
+        f"README.md first says {term!r} without linking its definition"
+    )
+    heading = anchor.replace("-", " ").capitalize()  # the heading GitHub makes the anchor from
+    assert f"\n## {heading}\n" in (ROOT / "docs" / "terms.md").read_text()
