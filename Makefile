@@ -69,7 +69,7 @@ gpu-study: setup ## the device study (width x batch x cpu/cuda) into runs/device
 fit: setup ## fit the rules' thresholds per step budget on digits and the zoo problems (runs/zoo); writes analysis/thresholds.json
 	$(BIN)/python -m analysis fit runs/zoo
 
-docs: setup ## regenerate the tables of docs/ (faults, rules, features, records) from the code and conf/
+docs: setup ## regenerate the tables of docs/ (faults, rules, features, records) from the code and conf/, and docs/doctor.md's example reports
 	$(BIN)/python -m analysis docs
 
 report: setup ## score the rules, naive rules, tree and forest on RUNS (and the zoo, pairs, families); writes reports/report.md

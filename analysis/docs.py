@@ -10,15 +10,21 @@ runs that check, so a fault file, rule, feature or record column changed without
 - docs/features.md: every feature the rules (and the naive rules) read (analysis/features.py);
 - docs/records.md: every column of a record, its type and meaning, where it is declared and whether each step
   budget keeps it (harness/columns.py, harness/records.py).
+
+A hand-written page can hold generated blocks too, between `<!-- generated: KIND ARGS -->` and
+`<!-- end generated -->`: `make docs` rewrites what lies between the two lines and leaves the rest of the page
+as it is. The one kind so far, `doctor-reports NAME ...`, is the doctor's report on the example recipes NAME
+(docs/doctor.md), rendered from their kept measurements by doctor/doc_examples.py with the committed thresholds.
 """
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from analysis.features import FEATURES_LIST, NAIVE_FEATURES_LIST
-from analysis.rules import RULES, rules_table
+from analysis.rules import RULES, fitted_budgets, rules_table
 from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
 from harness.records import SCHEMA, SCHEMA_VERSION
 
@@ -77,6 +83,7 @@ def faults_page(conf: Path = CONF) -> str:
     text += [
         "Each file is an override of the healthy recipe (conf/config.yaml). `fault=<name>` plants one,",
         "`fault=[a,b]` two; `fault=mild/<name>` and `fault=extreme/<name>` are other sizes of the same fault.",
+        "Words with a meaning of their own here (census, quick references, zoo, step budget): [terms.md](terms.md).",
         "",
         "| fault | verdict | what the file changes | what is broken, and what should show it |",
         "|---|---|---|---|",
@@ -92,17 +99,21 @@ def faults_page(conf: Path = CONF) -> str:
 def rules_page() -> str:
     """docs/rules.md: the ordered rules with their thresholds per step budget."""
     text = _header("The rules", "analysis/checks/ (one module per family of checks) and analysis/thresholds.json")
+    *shorter, longest = fitted_budgets()
+    budgets = f"{', '.join(map(str, shorter))} and {longest}" if shorter else str(longest)
     text += [
         "A rule of kind *on its own* names a failure whenever it fires: the loop, the recipe or the data is wrong",
         "whatever the run reached. A rule of kind *needs harm* names a failure only when the outcome gate (the last",
-        "row) is open: the run learned measurably less than quick references reach on the same data (without a",
+        "row) is open: the run learned measurably less than [quick references](terms.md#quick-references) (a ridge",
+        "classifier and 5 nearest neighbours fitted on the run's own examples) reach on the same data (without a",
         "reference, for regression or multi-label targets: its training loss ended at 90% or more of its first",
         "value, or its validation skill is at or under 0). Otherwise its finding is a *warning*, listed under the",
         "verdict: an oddity the run did not pay for.",
         "",
         "The verdict is the first failing finding; without one, `unexplained_failure` when the gate is open (no check",
         "names the cause: the report lists what was ruled out) and `healthy` otherwise, with its warnings. A run of",
-        "N steps is judged with the thresholds of the step budget nearest to N.",
+        "N steps is judged with the thresholds of the [step budget](terms.md#step-budget) nearest to N: the",
+        f"thresholds are fitted once for each run length of {budgets} steps (the table's last columns).",
         "",
         "The rows marked *first* are checks whose threshold is a fact, not fitted (a NaN loss is a NaN loss): the",
         "doctor judges them before every fitted rule, as the fitted rules' measurements mean little on such a run.",
@@ -124,6 +135,7 @@ def features_page() -> str:
         "Every feature is computed by `analysis.features.features(measurements)` from one record (or what the",
         "doctor measured). Log-scale features span orders of magnitude: their thresholds sit at geometric midpoints.",
         "Each feature declares the record columns it is computed from ([records.md](records.md)), and sees no other.",
+        "Words with a meaning of their own here (census, quick references, step budget): [terms.md](terms.md).",
         "",
         "| feature | what it is | normalized by | log scale | from the columns | read by |",
         "|---|---|---|---|---|---|",
@@ -141,9 +153,12 @@ def records_page() -> str:
     """docs/records.md: every record column's type and meaning, whether step budgets keep it, who declares it."""
     text = _header("The records", "the columns' declarations (harness/columns.py assembles them)")
     text += [
-        f"One parquet file per cell, schema version {SCHEMA_VERSION}; `pandas.read_parquet(folder)` reads a whole"
-        " grid. Each column is declared by the module that produces it; a column kept per step budget is also"
-        " measured at every step budget reached, into `checkpoints`.",
+        f"One parquet file per cell, schema version {SCHEMA_VERSION}; `analysis.load.load_records(folder)` reads a"
+        " whole grid (not `pandas.read_parquet(folder)`, which mixes in any other file there: [the quick"
+        " start](../README.md#quick-start)). Each column is declared by the module that produces it; a column kept"
+        " per step budget (a snapshot of the run as if it had stopped at 50, 100, 200 or 400 steps, `loop.budgets`:"
+        " [grid.md](grid.md#what-every-cell-measures)) is also measured at every step budget reached, into"
+        " `checkpoints`. Words with a meaning of their own here (census, quick references): [terms.md](terms.md).",
         "",
         "| column | type | meaning | per step budget | declared in |",
         "|---|---|---|---|---|",
@@ -165,9 +180,58 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
-def _behind(folder: Path) -> dict[str, str]:
-    """The generated pages that differ from what the code and configs give now (or are missing), with their text."""
+# A generated block in a hand-written page: its opening line names its kind and arguments.
+BLOCK = re.compile(
+    r"(?P<open><!-- generated: (?P<kind>[\w-]+)(?P<args>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",
+    re.DOTALL,
+)
+
+Makers = dict[str, Callable[[list[str]], str]]
+
+
+def block_makers() -> Makers:
+    """What fills each kind of generated block: the block's arguments -> its text."""
+    # The doctor sits on top of analysis/ (it imports the features and rules; analysis/ never imports it when
+    # imported itself). Its example reports are rendered in doctor/, which is imported only here, when a page
+    # holding such a block is generated.
+    from doctor import doc_examples
+
+    return {doc_examples.KIND: doc_examples.block}
+
+
+def blocks(text: str) -> list[tuple[str, list[str]]]:
+    """The generated blocks of a page's text, each as (kind, arguments)."""
+    return [(match["kind"], match["args"].split()) for match in BLOCK.finditer(text)]
+
+
+def fill_blocks(text: str, makers: Makers, page: str) -> str:
+    """`text` with each generated block's body made again; the lines around the blocks are left as they are."""
+
+    def filled(match: re.Match) -> str:
+        if match["kind"] not in makers:
+            known = ", ".join(makers)
+            raise ValueError(f"{page}: a generated block of unknown kind {match['kind']!r} (known: {known})")
+        return match["open"] + makers[match["kind"]](match["args"].split()) + match["close"]
+
+    return BLOCK.sub(filled, text)
+
+
+def _marked(folder: Path) -> dict[str, str]:
+    """The hand-written pages of `folder` that hold generated blocks, with their text as it is."""
+    texts = {path.name: path.read_text() for path in sorted(folder.glob("*.md")) if path.name not in PAGES}
+    return {name: text for name, text in texts.items() if BLOCK.search(text)}
+
+
+def _behind(folder: Path, makers: Makers | None = None) -> dict[str, str]:
+    """The generated pages and blocks that differ from what the code, configs and kept runs give now.
+
+    Pages that are missing count too; each comes with the text it should have.
+    """
     pages = {name: page() for name, page in PAGES.items()}
+    marked = _marked(folder)
+    if marked:
+        makers = block_makers() if makers is None else makers
+        pages.update({name: fill_blocks(text, makers, name) for name, text in marked.items()})
     return {
         name: text
         for name, text in pages.items()
@@ -175,15 +239,27 @@ def _behind(folder: Path) -> dict[str, str]:
     }
 
 
-def stale(folder: Path = DOCS) -> list[str]:
-    """The names of the generated pages that are stale or missing."""
-    return list(_behind(folder))
+def stale(folder: Path = DOCS, makers: Makers | None = None) -> list[str]:
+    """The names of the pages whose generated tables or blocks are stale, or that are missing.
+
+    `makers` (default: block_makers()) fill the generated blocks; a test gives others to render with other thresholds.
+    """
+    return list(_behind(folder, makers))
 
 
 def write(folder: Path = DOCS) -> list[str]:
-    """Write every generated page that changed (each generated once); returns their names."""
+    """Write every generated page and block that changed (each generated once); returns the pages' names."""
     folder.mkdir(parents=True, exist_ok=True)
     changed = _behind(folder)
     for name, text in changed.items():
         (folder / name).write_text(text)
     return list(changed)
+
+
+def block_arguments(kind: str, folder: Path = DOCS) -> list[str]:
+    """The arguments of every generated block of `kind` in the pages, once each, in order of first appearance."""
+    found: list[str] = []
+    for text in _marked(folder).values():
+        for block_kind, args in blocks(text):
+            found += [arg for arg in args if block_kind == kind and arg not in found]
+    return found
