@@ -151,3 +151,43 @@ def test_without_a_budget_every_step_is_watched_and_no_cost_is_claimed():
 def test_the_doctor_refuses_a_budget_it_cannot_keep():
     with pytest.raises(ValueError, match=r"0\.03"):
         Doctor(model(), torch.optim.SGD(model().parameters(), lr=0.1), nn.CrossEntropyLoss(), budget=3)
+
+
+@pytest.mark.parametrize("budget", [0.03, None])
+def test_the_lightning_callback_takes_the_budget_and_reports_its_cost(budget):
+    """The callbacks pass `budget=` on to their doctor: its report says what it cost, or claims nothing without one."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from doctor.integrations.lightning import DoctorCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = model()
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, _index):
+            x, y = batch
+            return nn.functional.cross_entropy(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    data = batches(30)
+    loader = DataLoader(TensorDataset(torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])), 16)
+    callback = DoctorCallback(nn.CrossEntropyLoss(), budget=budget)
+    trainer = pl.Trainer(
+        max_steps=30,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[callback],
+    )
+    trainer.fit(Module(), loader)
+    cost = callback.report.cost
+    assert (cost is None) if budget is None else (cost.steps == 30 and cost.share_budget == budget)
