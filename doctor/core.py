@@ -693,7 +693,7 @@ class Report:
         if self.data_forecast is not None:
             lines.append(f"would more data help? {self.data_forecast.line()}")
         lines.append("is a bigger machine the answer?")
-        lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist.checks]
+        lines += [f"  {c.mark} {c.check}: {c.detail}" for c in self.checklist.checks]
         lines.append(f"  => {self.checklist.conclusion}")
         return "\n".join(lines)
 
