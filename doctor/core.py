@@ -146,6 +146,9 @@ class Doctor:
             watch_nonfinite=True,  # any NaN or inf loss, and where it began (harness/instruments/nonfinite.py)
         )
         self.nonfinite = self.instruments.nonfinite
+        # The wait for data as the loop would show it on an idle host: the OS's pauses counted in neither the waits
+        # nor the loop's time (harness/instruments/data_wait.py); the grid's cells keep the wall clock.
+        self.instruments.data_wait.exclude_host_pauses = True
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy); with a
         # model factory, as many as the capacity fit takes.
