@@ -41,7 +41,8 @@ class Outputs(Collector):
         Column(
             "output_layer",
             STR,
-            "the model's last module without children, `name (Type)`: where the output comes from",
+            "the last module without children the model's forward ran (never a loss), `name (Type)`: where the"
+            " output comes from",
         ),
         Column(
             "loss_kind",
