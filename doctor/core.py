@@ -202,6 +202,9 @@ class Doctor:
             budget=budget if budget is None or isinstance(budget, CostBudget) else CostBudget(budget),
         )
         self.nonfinite = self.instruments.nonfinite
+        # The wait for data as the loop would show it on an idle host: the OS's pauses counted in neither the waits
+        # nor the loop's time (harness/instruments/data_wait.py); the grid's cells keep the wall clock.
+        self.instruments.data_wait.exclude_host_pauses = True
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy); with a
         # model factory, as many as the capacity fit takes.
@@ -899,7 +902,7 @@ class Report:
         if self.data_forecast is not None:
             lines.append(f"would more data help? {self.data_forecast.line()}")
         lines.append("is a bigger machine the answer?")
-        lines += [f"  [{'yes' if c.ok else 'no '}] {c.check}: {c.detail}" for c in self.checklist.checks]
+        lines += [f"  {c.mark} {c.check}: {c.detail}" for c in self.checklist.checks]
         lines.append(f"  => {self.checklist.conclusion}")
         if self.cost is not None:
             lines.append(f"the doctor's cost: {self.cost.line()}")

@@ -28,11 +28,20 @@ LOADER_FIXES = (
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the checklist: what is checked, whether the run passes it, and the measured number behind it."""
+    """One line of the checklist: what is checked, whether the run passes it, and the measured number behind it.
+
+    `ok` is None where the check was not measured (no model factory, no accelerator): the detail says why. It is
+    printed as [n/a] and is null in the JSON, never a pass.
+    """
 
     check: str
-    ok: bool
+    ok: bool | None
     detail: str
+
+    @property
+    def mark(self) -> str:
+        """The report's box: [yes], [no ] or [n/a] (not measured)."""
+        return "[n/a]" if self.ok is None else "[yes]" if self.ok else "[no ]"
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,8 @@ class Checklist:
     """Is a bigger machine the answer? The checks in order, and the conclusion drawn from them.
 
     `helps` is True only where a bigger machine would: the run learns, no fault is named, it is fed, its
-    accelerator (if any) is busy, and it still ran out of memory.
+    accelerator (if any) is busy, and it still ran out of memory. A check not measured (`ok` None) neither passes
+    nor fails: the conclusion rests on the measured ones and names those that were not.
     """
 
     checks: tuple[Check, ...]
@@ -85,19 +95,20 @@ def bigger_machine(observed: "Observed", verdict: str, starved_threshold: float)
     """
     measured = observed.measurements
     checks = (
-        Check("it learns", *_learns(observed)),
+        _improves(measured, observed.val_start),
+        _memorizes(observed),
         _no_fault_named(verdict),
         _loader_keeps_up(measured, starved_threshold),
         _accelerator_busy(measured["data_wait_share"], observed.on_accelerator),
         _memory_runs_out(observed),
     )
-    learns, named, fed, busy, out_of_memory = (c.ok for c in checks)
-    if not learns or not named:
+    learns, memorizes, named, fed, busy, out_of_memory = (c.ok for c in checks)
+    if learns is False or memorizes is False or not named:
         fix = verdict if verdict not in (HEALTHY, UNEXPLAINED) else "why it does not learn"
         conclusion = f"no: fix {fix} first; a bigger machine would reproduce the failure sooner, at a higher price"
-    elif not fed:
+    elif fed is False:
         conclusion = "no: the loader is the bottleneck; feed the model faster first"
-    elif not busy:
+    elif busy is False:
         conclusion = "no: the accelerator waits; find what it waits for before buying a bigger one"
     elif out_of_memory:
         conclusion = (
@@ -108,49 +119,50 @@ def bigger_machine(observed: "Observed", verdict: str, starved_threshold: float)
         conclusion = (
             "not needed: the run learns, is fed, and fits in memory; a bigger machine would only make it faster"
         )
-    return Checklist(checks, conclusion, helps=all(c.ok for c in checks))
+    # What a conclusion other than "no" could not rest on: a memorization or a loader not measured might have said
+    # "no" first (an accelerator that is not there has nothing to say).
+    unmeasured = [c.check for c in checks[:4] if c.ok is None]
+    if unmeasured and not conclusion.startswith("no:"):
+        conclusion += f" (not measured: {'; '.join(unmeasured)})"
+    return Checklist(checks, conclusion, helps=all(c.ok is not False for c in checks))
 
 
-def _learns(observed: "Observed") -> tuple[bool, str]:
-    """Whether the run learns (a fresh model memorizes a few examples, and the run improves), and the numbers."""
-    memorizes, memo = _memorizes(observed)
-    improves, progress = _improves(observed.measurements, observed.val_start)
-    return memorizes and improves, f"{memo}; {progress}"
-
-
-def _memorizes(observed: "Observed") -> tuple[bool, str]:
-    """Whether a fresh model drove the loss on a few examples near 0 (True where it was not measured)."""
+def _memorizes(observed: "Observed") -> Check:
+    """Whether a fresh model drove the loss on a few examples near 0 (not measured without a model factory)."""
+    name = "it memorizes a few examples"
     measured = observed.measurements
     ln_c = measured["ln_classes"]  # the uninformed loss: ln C for classes, the targets' variance for regression
     uninformed = "ln C" if measured.get("task") in CLASS_TASKS else "the uninformed loss"
     memorized, tried, on = measured["memorize_best_loss"], list(measured["memorize_losses"]), observed.memorized_on
     if not tried:
-        return True, f"not measured ({observed.unmemorized})"
+        return Check(name, None, f"not measured ({observed.unmemorized})")
     if math.isnan(memorized):
         # Memorization ran, and no rate reached a finite loss: that is a measurement, not a missing factory.
         losses = ", ".join(f"{loss:.3g}" for loss in tried)
-        return False, f"a fresh model reached no finite loss on {on} examples at any rate (losses {losses})"
+        said = f"a fresh model reached no finite loss on {on} examples at any rate (losses {losses})"
+        return Check(name, False, said)
     said = f"best loss {memorized:.3g} on {on} examples (below {0.1 * ln_c:.3g} = 0.1 x {uninformed} means it can)"
-    return memorized < 0.1 * ln_c, said
+    return Check(name, memorized < 0.1 * ln_c, said)
 
 
-def _improves(measured: Mapping, val_start: tuple[float, float] | None) -> tuple[bool, str]:
+def _improves(measured: Mapping, val_start: tuple[float, float] | None) -> Check:
     """Whether the run got better: validation score up 5 points, or else the training loss halved."""
+    name = "it learns"
     task = measured.get("task")
     nonfinite = measured["nonfinite_losses"]
     if nonfinite:
         # A model computing NaN has no accuracy to compare: argmax of NaN rows is class 0, not learning.
-        return False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf"
+        return Check(name, False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf")
     if val_start is not None and not math.isnan(measured["final_val_acc"]):
         metric = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
         start, end = val_start[1], measured["final_val_acc"]
         shown = (f"{start:.2f}", f"{end:.2f}") if task == "regression" else (f"{start:.0%}", f"{end:.0%}")
-        return end > start + 0.05, f"validation {metric} {shown[0]} -> {shown[1]}"
+        return Check(name, end > start + 0.05, f"validation {metric} {shown[0]} -> {shown[1]}")
     curve = measured["train_loss_curve"]
     tenth = max(1, len(curve) // 10)
     head, tail = sum(curve[:tenth]) / tenth, sum(curve[-tenth:]) / tenth
     said = f"training loss {head:.3g} -> {tail:.3g} over the first and last tenth (no validation given)"
-    return tail < 0.5 * head, said
+    return Check(name, tail < 0.5 * head, said)
 
 
 def _no_fault_named(verdict: str) -> Check:
@@ -166,6 +178,8 @@ def _no_fault_named(verdict: str) -> Check:
 def _loader_keeps_up(measured: Mapping, limit: float) -> Check:
     """The data wait per second of compute against the rules' starved threshold, with the usual fixes if over."""
     share, wait = measured["data_wait_share"], features(measured)["data_wait_ratio"]
+    if math.isnan(wait):
+        return Check("the loader keeps up", None, "not measured (no time of the loop's own)")
     fed = not wait > limit
     detail = (
         f"waited {wait:.2g}s for data per second of compute, {share:.0%} of the loop (the rules call {limit:.2g}"
@@ -176,7 +190,7 @@ def _loader_keeps_up(measured: Mapping, limit: float) -> Check:
 
 def _accelerator_busy(data_wait_share: float, on_accelerator: bool) -> Check:
     if not on_accelerator:
-        return Check("the accelerator is busy", True, f"no accelerator: the run is on the CPU; {device_study_line()}")
+        return Check("the accelerator is busy", None, f"no accelerator: the run is on the CPU; {device_study_line()}")
     busy = 1.0 - data_wait_share
     detail = f"{busy:.0%} of the loop outside data waits (an upper bound on GPU busy time)"
     return Check("the accelerator is busy", busy > 0.8, detail)

@@ -106,14 +106,23 @@ def digit_batches():
     return DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data), 64, drop_last=True))
 
 
-def lightning_fit(pl, lr=1e-2, steps=200, batches=None, **trainer_kwargs):
-    """A Lightning fit of the digits MLP under the callback; returns the callback."""
+GIVEN = object()  # lightning_fit's default: the callback is given the loss training_step computes
+
+
+def lightning_fit(pl, lr=1e-2, steps=200, batches=None, loss_fn=GIVEN, **trainer_kwargs):
+    """A Lightning fit of the digits MLP under the callback; returns the callback.
+
+    `loss_fn`: the callback's (None: none given, the loss the targets imply); by default nn.CrossEntropyLoss().
+    """
     from doctor.integrations.lightning import DoctorCallback
 
     torch.manual_seed(0)
     module = lightning_module(pl, lr)
     doctor = DoctorCallback(
-        nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)], model_factory=module, memorize_steps=100
+        nn.CrossEntropyLoss() if loss_fn is GIVEN else loss_fn,
+        validation=[(VAL_IMAGES, VAL_LABELS)],
+        model_factory=module,
+        memorize_steps=100,
     )
     trainer = lightning_trainer(pl, doctor, steps, **trainer_kwargs)
     trainer.fit(module(), batches or digit_batches())
@@ -122,7 +131,8 @@ def lightning_fit(pl, lr=1e-2, steps=200, batches=None, **trainer_kwargs):
 
 def test_lightning_healthy_fit_is_called_healthy_and_logged(pl, caplog):
     with caplog.at_level(logging.INFO, logger="doctor"):
-        doctor = lightning_fit(pl)
+        doctor = lightning_fit(pl, loss_fn=None)  # the module computes its loss: the callback needs none
+    assert doctor.loss_used.checked is True  # cross-entropy reproduced training_step's loss on the first batch
     report = doctor.report
     assert report.verdict == "healthy", str(report)
     assert report.steps == 200
@@ -138,12 +148,100 @@ def test_lightning_healthy_fit_is_called_healthy_and_logged(pl, caplog):
     assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
 
 
-def test_lightning_fit_with_a_rate_far_too_high_is_named(pl, caplog):
-    with caplog.at_level(logging.INFO, logger="doctor"):
+def test_lightning_fit_with_a_rate_far_too_high_is_named_and_its_report_shown_once(pl, capsys):
+    # A user's script: logging to stderr (logging.basicConfig), and the report printed. The report's text must
+    # appear once: the callback logs the verdict and where to see the report, not the report.
+    shown = logging.StreamHandler(sys.stderr)
+    logging.getLogger("doctor").addHandler(shown)
+    try:
         doctor = lightning_fit(pl, lr=0.5)
+        print(doctor.report)
+    finally:
+        logging.getLogger("doctor").removeHandler(shown)
     assert doctor.report.verdict == "lr_too_high", str(doctor.report)
     assert doctor.report_dict()["verdict"] == "lr_too_high"
-    assert any(r.levelno == logging.WARNING and "verdict: lr_too_high" in r.getMessage() for r in caplog.records)
+    out, err = capsys.readouterr()
+    text = out + err
+    assert text.count(str(doctor.report)) == 1 and text.count("is a bigger machine the answer?") == 1
+    logged = [line for line in err.splitlines() if line.startswith("doctor: ")]
+    assert logged == [
+        "doctor: verdict: lr_too_high  (from 200 training steps); the findings and next steps: print(callback.report),"
+        " as JSON: callback.report_dict()"
+    ]
+
+
+def task_module(pl, kind: str):
+    """A LightningModule of one task over the digits' pixels, whose training_step computes `kind`'s loss itself."""
+    outputs, targets, loss = {
+        "multiclass": (10, LABELS, nn.CrossEntropyLoss()),
+        "binary": (1, (LABELS >= 5).float()[:, None], nn.BCEWithLogitsLoss()),
+        "multilabel": (3, torch.stack([LABELS % 2, LABELS >= 5, LABELS % 3 == 0], 1).float(), nn.BCEWithLogitsLoss()),
+        "regression": (1, LABELS.float()[:, None] / 9, nn.MSELoss()),
+        "label smoothing": (10, LABELS, nn.CrossEntropyLoss(label_smoothing=0.1)),
+    }[kind]
+
+    class Task(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, outputs))
+            self.loss = loss
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, _index):
+            x, y = batch
+            return self.loss(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    return Task(), DataLoader(TensorDataset(IMAGES, targets), batch_size=64, shuffle=True)
+
+
+@pytest.mark.parametrize(
+    ("kind", "evaluated_with"),
+    [
+        ("multiclass", "cross-entropy on the logits"),
+        ("binary", "binary cross-entropy on the logits"),
+        ("multilabel", "binary cross-entropy on the logits"),
+        ("regression", "mean squared error"),
+    ],
+)
+def test_lightning_without_loss_fn_evaluates_with_the_loss_the_targets_imply(pl, caplog, kind, evaluated_with):
+    from doctor.integrations.lightning import DoctorCallback
+
+    torch.manual_seed(0)
+    doctor = DoctorCallback()
+    module, batches = task_module(pl, kind)
+    with caplog.at_level(logging.INFO, logger="doctor"):
+        lightning_trainer(pl, doctor, 20).fit(module, batches)
+    assert doctor.report is not None, doctor.cannot_judge
+    assert doctor.loss_used.checked is True and doctor.report.measurements["task"] == kind
+    # The doctor's evaluation loss on the last batches is training_step's loss, on the same scale as the first.
+    m = doctor.report.measurements
+    assert math.isfinite(m["final_train_loss"]) and m["final_train_loss"] < m["first_loss"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "doctor"]
+    assert (
+        len(logged) == 1 and f"evaluated with {evaluated_with}, the loss the targets imply (it reproduced" in logged[0]
+    )
+
+
+def test_lightning_without_loss_fn_refuses_a_loss_it_cannot_reproduce_and_the_fit_goes_on(pl, caplog):
+    from doctor.integrations.lightning import DoctorCallback
+
+    torch.manual_seed(0)
+    doctor = DoctorCallback()
+    module, batches = task_module(pl, "label smoothing")
+    trainer = lightning_trainer(pl, doctor, 10)
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        trainer.fit(module, batches)
+    assert trainer.global_step == 10 and doctor.report is None
+    assert doctor.cannot_judge.startswith("no loss_fn was given, and the loss training computed on the first batch (")
+    assert "is not cross-entropy on the logits (" in doctor.cannot_judge and doctor.cannot_judge.endswith("loss_fn=...")
+    assert [r.getMessage() for r in caplog.records if r.name == "doctor"] == [
+        f"doctor: cannot judge this run: {doctor.cannot_judge}"
+    ]
 
 
 def test_lightning_clipping_inside_the_closure_is_read_as_in_a_plain_loop(pl):
@@ -316,6 +414,7 @@ def test_hugging_face_healthy_training_is_called_healthy_and_logged(hf, tmp_path
     assert m["backwards_per_step"] == 1 and m["grad_carried_share"] == 0.0
     # The Trainer clips at max_grad_norm=1 by default: read before clipping (after backward) and at the step.
     assert 0 < m["grad_kept_at_step"] <= 1.0
+    assert doctor.loss_used.checked is True  # no loss_fn: cross-entropy, and it reproduced the model's own loss
     logged = [r for r in caplog.records if r.name == "doctor"]
     assert [r.levelno for r in logged] == [logging.INFO] and "verdict: healthy" in logged[0].getMessage()
     as_dict = doctor.report_dict()
@@ -353,7 +452,35 @@ class Planted(RuntimeError):
     """The error a test model raises mid-training: it must reach the test as it was raised."""
 
 
-def hooks_left(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module) -> list[str]:
+class SmoothedClassifier(nn.Module):
+    """A Trainer model with its own loss, cross-entropy smoothed: not the loss its integer labels imply."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.EmbeddingBag(VOCAB, 16)
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        logits = self.head(self.embed(input_ids))
+        if labels is None:  # the doctor's own forwards: the logits alone, as a Hugging Face head gives them
+            return {"logits": logits}
+        return {"loss": nn.functional.cross_entropy(logits, labels, label_smoothing=0.2), "logits": logits}
+
+
+def test_hugging_face_without_loss_fn_refuses_a_model_loss_it_cannot_reproduce(hf, tmp_path, caplog):
+    from doctor.integrations.huggingface import DoctorTrainerCallback
+
+    torch.manual_seed(0)
+    doctor = DoctorTrainerCallback()
+    trainer = hf_trainer(hf, tmp_path, SmoothedClassifier(), doctor, steps=5)
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        trainer.train()
+    assert trainer.state.global_step == 5 and doctor.report is None
+    assert doctor.cannot_judge.startswith("no loss_fn was given") and "is not cross-entropy" in doctor.cannot_judge
+    assert any("cannot judge this run: no loss_fn was given" in r.getMessage() for r in caplog.records)
+
+
+def hooks_left(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn) -> list[str]:
     """Every hook on the model, its modules and parameters, the loss module and the optimizer's steps, by place.
 
     The doctor's instruments hook the model's forward (harness/instruments/modes.py, outputs.py), the parameters'
@@ -361,7 +488,8 @@ def hooks_left(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.M
     others); the callbacks hook the model's forward themselves. The models of these tests carry none of their own.
     """
     left = []
-    for name, module in [*model.named_modules(), ("loss", loss_fn)]:
+    losses = [("loss", loss_fn)] if isinstance(loss_fn, nn.Module) else []  # a callback given none has no module
+    for name, module in [*model.named_modules(), *losses]:
         for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
             left += [f"{name or 'model'}.{kind}"] * len(getattr(module, kind))
     for name, param in model.named_parameters():

@@ -4,9 +4,12 @@
     from doctor.integrations.huggingface import DoctorTrainerCallback    # imports transformers
 
 Each callback builds a Doctor (doctor/core.py) when training starts, feeds it each training batch and each
-backward pass through the framework's hooks, and at the end of training computes the report, logs it under the
-logger "doctor" and keeps it. This module holds what the two share and imports neither library, so that the
-doctor itself needs neither (they are the optional extra `integrations` of pyproject.toml).
+backward pass through the framework's hooks, and at the end of training computes the report, keeps it and logs
+one line under the logger "doctor": the verdict and how to see the report (print(callback.report)), so that a
+user who prints it sees it once. This module holds what the two share and imports neither library, so that the
+doctor itself needs neither (they are the optional extra `integrations` of pyproject.toml): the end of a run, and
+the loss a callback given none evaluates with (`ImpliedLoss`: the one the targets imply, checked against the
+training loss of the first batch).
 
 Two ways a fit stops short are shared too. A fit that raises gets no report, and the doctor's hooks come off the
 model, its parameters, the loss and the optimizer (`let_go`), so that they are left as they were. A fit saved to a
@@ -19,12 +22,15 @@ import dataclasses
 import logging
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose
+from harness.targets import task_of
 
 LOG = logging.getLogger("doctor")
 
@@ -82,6 +88,81 @@ class Carried:
         )
 
 
+def _cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs.float(), targets if not targets.is_floating_point() else targets.float())
+
+
+def _bce_with_logits(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(outputs.float(), targets.float().reshape(outputs.shape))
+
+
+def _mse(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(outputs.float(), targets.float().reshape(outputs.shape))
+
+
+# The loss each task (harness/targets.py) implies, as a framework's own heads compute it: what a callback given no
+# loss_fn evaluates with, by name and function.
+IMPLIED_LOSSES: dict[str, tuple[str, Callable]] = {
+    "multiclass": ("cross-entropy on the logits", _cross_entropy),
+    "onehot": ("cross-entropy on the logits", _cross_entropy),
+    "binary": ("binary cross-entropy on the logits", _bce_with_logits),
+    "multilabel": ("binary cross-entropy on the logits", _bce_with_logits),
+    "regression": ("mean squared error", _mse),
+}
+
+
+class ImpliedLoss:
+    """The loss a callback given no `loss_fn` uses: the one the task read from the first batch implies.
+
+    Cross-entropy for class indices and one-hot rows, binary cross-entropy on the logits for binary and multi-label
+    targets, mean squared error for regression (IMPLIED_LOSSES). The doctor computes its evaluation losses (on the
+    last training batches and on `validation`), memorization and the capacity fit with it, and compares them with
+    the loss training computed (the share of the first loss left): so it must be that loss. The callback checks it
+    (`check`) on the first batch whose training loss it sees, against that loss on the same output; where they
+    differ (label smoothing, class weights, a loss of several terms) the doctor gives up on the run, in one line
+    that says to pass the loss. Not an nn.Module: the doctor's check of the targets the loss receives
+    (targets_changed_in_loop) hooks the loss module the loop calls, and the loop never calls this one.
+    """
+
+    def __init__(self):
+        self.doctor: Doctor | None = None  # whose task it reads (set once the doctor is built)
+        self.checked: bool | None = None  # None until checked; False where no training loss could be compared
+
+    @property
+    def task(self) -> str | None:
+        task = self.doctor.task if self.doctor is not None else None
+        return task.kind if task is not None else None
+
+    def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        task = self.task or task_of(targets, outputs)  # read by the doctor at the first batch, before any call
+        return IMPLIED_LOSSES[task][1](outputs, targets)
+
+    def described(self) -> str:
+        """What the doctor evaluated with, and whether it matched the training loss: for the log and the docs."""
+        name = IMPLIED_LOSSES[self.task][0] if self.task is not None else "the loss the task implies"
+        if self.checked:
+            return f"{name}, the loss the targets imply (it reproduced the training loss of the first batch)"
+        return f"{name}, the loss the targets imply (not checked against the training loss)"
+
+    def check(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, strict: bool = True) -> None:
+        """Check it against the training `loss` computed from `outputs` and `targets`: CannotJudge if it differs.
+
+        A non-finite loss compares nothing (the next batch is checked). `strict=False` where the loss seen may not be
+        this batch's own mean (divided over a gradient-accumulation group): a miss leaves it unchecked.
+        """
+        with torch.no_grad():
+            computed, seen = float(self(outputs.detach(), targets)), float(loss.detach())
+        if not (math.isfinite(computed) and math.isfinite(seen)):
+            return
+        self.checked = math.isclose(computed, seen, rel_tol=1e-3, abs_tol=1e-6)
+        if strict and not self.checked:
+            raise CannotJudge(
+                f"no loss_fn was given, and the loss training computed on the first batch ({seen:.4g}) is not"
+                f" {IMPLIED_LOSSES[self.task or task_of(targets, outputs)][0]} ({computed:.4g}), the loss its targets"
+                " imply: pass the loss training computes from the model's output and the targets, loss_fn=..."
+            )
+
+
 class Outcome:
     """What a callback keeps of the doctor's judgment: the report, or the one line saying why there is none.
 
@@ -100,6 +181,8 @@ class Outcome:
     _start_seen: Mapping[str, float] | None = None  # this doctor's START_COLUMNS, once measured
     _final: Carried | None = None  # what a checkpoint saved after training ended carries
     _hooks: list  # the callback's own hooks' handles, set in its __init__
+    loss_fn: Callable | None = None  # the user's loss, if given (set in the callback's __init__)
+    loss_used: Callable | None = None  # what the doctor of the last run evaluates with: loss_fn, or an ImpliedLoss
 
     def report_dict(self) -> dict:
         """The report as a JSON-ready dict (Report.to_dict); {"verdict": None, "cannot_judge": why} without one."""
@@ -121,6 +204,22 @@ class Outcome:
 
     def __exit__(self, *_exception) -> None:
         self.close()
+
+    def _doctor_loss(self) -> Callable:
+        """The loss this run's doctor evaluates with: the user's, or a fresh ImpliedLoss (checked once per run)."""
+        self.loss_used = self.loss_fn if self.loss_fn is not None else ImpliedLoss()
+        return self.loss_used
+
+    def _built(self, doctor: Doctor) -> Doctor:
+        """The run's doctor, built around `loss_used`: an ImpliedLoss reads the task the doctor reads."""
+        if isinstance(self.loss_used, ImpliedLoss):
+            self.loss_used.doctor = doctor
+        return doctor
+
+    @property
+    def _loss_unchecked(self) -> bool:
+        """Whether the run's ImpliedLoss still waits for a training loss to be checked against."""
+        return isinstance(self.loss_used, ImpliedLoss) and self.loss_used.checked is None
 
     def _start(self, doctor_factory, model: nn.Module, resumed: bool) -> None:
         """A new doctor for a new run (or the next part of a resumed one): the last run's report is forgotten.
@@ -182,7 +281,7 @@ class Outcome:
         self.doctor = None
 
     def _conclude(self, log: bool = True) -> None:
-        """The report at the end of training, logged: a warning unless healthy (a fault must be seen), else info."""
+        """The report at the end of training, its verdict logged in one line (`_verdict_line`)."""
         self._remove_hooks()
         if self.doctor is None:
             return
@@ -194,9 +293,28 @@ class Outcome:
             self.report = diagnose(observed)
         self._forget_doctor()  # a later run builds a new one
         if self.report is not None and log:
-            level = logging.INFO if self.report.verdict == "healthy" else logging.WARNING
-            resumed = "" if self.resumed_after is None else f" (resumed after {self.resumed_after} steps)"
-            LOG.log(level, "doctor%s:\n%s", resumed, self.report)
+            LOG.log(*self._verdict_line())
+
+    def _verdict_line(self) -> tuple:
+        """The one line logged when training ends: the verdict, and how to see the report (not the report itself).
+
+        A warning unless healthy (a fault must be seen), else info. The report is printed by whoever wants it: a
+        log of the whole report and the user's own print(callback.report) would show it twice.
+        """
+        report = self.report
+        level = logging.INFO if report.verdict == "healthy" else logging.WARNING
+        resumed = "" if self.resumed_after is None else f", resumed after {self.resumed_after} steps"
+        loss = self.loss_used
+        used = f"; evaluated with {loss.described()}" if isinstance(loss, ImpliedLoss) else ""
+        return (
+            level,
+            "doctor: verdict: %s  (from %d training steps%s%s); the findings and next steps: print(callback.report),"
+            " as JSON: callback.report_dict()",
+            report.headline,
+            report.steps,
+            resumed,
+            used,
+        )
 
     # ----- checkpoints --------------------------------------------------------------------------------------------
     def _checkpoint_state(self) -> dict:

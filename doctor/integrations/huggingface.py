@@ -3,7 +3,7 @@
     doctor = DoctorTrainerCallback()               # or DoctorTrainerCallback(loss_fn, validation=..., ...)
     trainer = Trainer(model, args, train_dataset=train, callbacks=[doctor])
     trainer.train()
-    print(doctor.report)                           # also logged under the logger "doctor" when training ends
+    print(doctor.report)                           # the verdict alone is logged under "doctor" when training ends
     doctor.report_dict()                           # the same as a JSON-ready dict
 
 A TrainerCallback is shown neither the batch nor the loss, so the callback watches the model instead: a forward
@@ -12,10 +12,13 @@ forward hook reads the loss and hooks the output the loss reads, and that hook t
 pass through it has ended. Forwards under torch.no_grad() or in eval mode (evaluation, prediction) and the
 doctor's own forwards are not training batches and are left alone.
 
-`loss_fn(logits, labels)` must compute the loss the way the model does: the default, nn.CrossEntropyLoss(),
-is the loss of a single-label classification head (AutoModelForSequenceClassification and the like with
-integer labels); regression, multi-label or token-level heads must pass their own. The doctor uses it to
-recompute a fresh gradient on census steps, to read the task, to evaluate `validation` and to memorize.
+`loss_fn(logits, labels)` must compute the loss the way the model does. Left out, the doctor uses the loss the
+targets imply, as the Trainer's heads compute it: cross-entropy for integer labels, binary cross-entropy on the
+logits for multi-label rows, mean squared error for regression (doctor/integrations/__init__.py, `ImpliedLoss`),
+once it has reproduced the model's own loss on the first batch (else it gives up on the run in one line that says
+to pass loss_fn; a loss the Trainer has the model divide over an accumulation group is not compared, and the
+log says the loss was not checked). The doctor uses it to evaluate `validation` and the last training batches, to
+memorize, and as the training loss where the model returns none of its own.
 
 A training that raises: a TrainerCallback hears of no exception (transformers 5 has no such event, and nothing of
 train() runs in a finally), so the callback takes the hooks off where an exception passes through code of its
@@ -30,7 +33,7 @@ doctor callback next starts training on the same model.
 Resuming: the callback is an ExportableState, so the Trainer writes its state() into each checkpoint's
 trainer_state.json (under "stateful_callbacks"). The Trainer restores such states only with
 restore_callback_states_from_checkpoint=True, and then by replacing the callback with a new one built from the
-JSON (the default loss, none of the user's keywords, not the object the user holds); so the callback restores
+JSON (no loss_fn, none of the user's keywords, not the object the user holds); so the callback restores
 itself in on_train_begin from the resumed TrainerState, which holds the same JSON whatever that flag says.
 """
 
@@ -109,14 +112,14 @@ def ending_watch_on_error(hook):
 class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
     """Watches a Hugging Face Trainer's training with the doctor; `report` (and `report_dict()`) once it has ended.
 
-    `loss_fn(logits, labels)`: see the module docstring (default: cross entropy, single-label classification).
+    `loss_fn(logits, labels)`: see the module docstring (default: the loss the labels imply, checked).
     Any other keyword is passed to Doctor: validation= (batches as the model takes them, dicts with "labels"),
     model_factory= (a function returning a fresh model, for the memorization check), inputs=/targets=/output=,
     census_every=, ...
     """
 
     def __init__(self, loss_fn=None, **doctor_kwargs):
-        self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+        self.loss_fn = loss_fn  # None: the loss the targets imply (ImpliedLoss), checked against the model's own
         self.doctor_kwargs = doctor_kwargs
         self._hooks: list = []
         self._batch = None  # the training batch the model is running on now
@@ -137,7 +140,7 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
                     "with label_smoothing_factor the Trainer takes the labels out of the batch before calling the"
                     " model, so the doctor never sees them: run it without label smoothing"
                 )
-            return Doctor(model, inner, self.loss_fn, scaler=scaler, **self.doctor_kwargs)
+            return self._built(Doctor(model, inner, self._doctor_loss(), scaler=scaler, **self.doctor_kwargs))
 
         resumed = state.global_step > 0  # the TrainerState was loaded from the checkpoint it resumes from
         if resumed:
@@ -187,9 +190,18 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
         if logits is None or not logits.requires_grad:
             return
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
-        if not torch.is_tensor(loss) or any(k in kwargs for k in TRAINER_KWARGS):
+        targets = self.doctor.instruments.last_targets  # split by see()
+        divided = any(k in kwargs for k in TRAINER_KWARGS)  # the model's loss may be divided over a whole group
+        if self._loss_unchecked and torch.is_tensor(loss):
+            # Without loss_fn: the loss the targets imply must give the model's own loss (ImpliedLoss); a miss ends
+            # the doctor's part in the run (logged), not the run.
+            with self._judging():
+                self.loss_used.check(logits, targets, loss, strict=not divided)
+        if self.doctor is None:
+            return
+        if not torch.is_tensor(loss) or divided:
             # No loss of the model's own, or one divided over a whole accumulation group: the loss as computed.
-            loss = self.loss_fn(logits.detach(), self.doctor.instruments.last_targets)  # split by see()
+            loss = self.loss_used(logits.detach(), targets)
         self._batch = None
         # after_backward must run once backward has filled .grad, and before the Trainer clips (on_substep_end and
         # on_pre_optimizer_step come after clip_grad_norm_: the census would read clipped gradients, and the

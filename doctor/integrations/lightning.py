@@ -1,9 +1,9 @@
-"""The doctor on a PyTorch Lightning run, in one line: Trainer(..., callbacks=[DoctorCallback(loss_fn)]).
+"""The doctor on a PyTorch Lightning run, in one line: Trainer(..., callbacks=[DoctorCallback()]).
 
-    doctor = DoctorCallback(nn.CrossEntropyLoss(), validation=val_loader)   # any Doctor keyword argument
+    doctor = DoctorCallback(validation=val_loader)   # any Doctor keyword argument; loss_fn= optional
     trainer = lightning.Trainer(max_steps=600, callbacks=[doctor])
     trainer.fit(module, train_loader)
-    print(doctor.report)            # also logged under the logger "doctor" when fit ends
+    print(doctor.report)            # the verdict alone is logged under the logger "doctor" when fit ends
     doctor.report_dict()            # the same as a JSON-ready dict
 
 The callback builds a Doctor (doctor/core.py) around the LightningModule and the trainer's optimizer when fit
@@ -11,7 +11,9 @@ starts, shows it each training batch (on_train_batch_start) and each backward pa
 loss on_before_backward saw), and computes the report when fit ends. The LightningModule's forward must return
 the output the loss reads, and training_step must call it (self(x), not self.net(x)): the doctor calls the
 module itself to read the task, to recompute a fresh gradient on census steps and to evaluate `validation`, and
-its forward hooks sit on the module. `loss_fn(output, targets)` must compute the loss as training_step does.
+its forward hooks sit on the module. `loss_fn(output, targets)`, if given, must compute the loss as training_step
+does; without it the doctor evaluates with the loss the targets imply, once it has reproduced training_step's loss
+on the first batch's output (else it gives up on the run in one line that says to pass loss_fn).
 
 With precision="16-mixed" the precision plugin's GradScaler is handed to the doctor, which then reads gradients
 unscaled. Lightning's own loss normalization (divided by accumulate_grad_batches) and the scaler's scale are
@@ -45,18 +47,23 @@ from harness.torch_private import grad_scaler_scale
 class DoctorCallback(Outcome, Callback):
     """Watches a Lightning fit with the doctor; `report` (and `report_dict()`) once fit has ended.
 
-    `loss_fn(output, targets)`: the loss as training_step computes it from the module's output. Any other keyword
-    is passed to Doctor: validation= (batches shaped as the training ones), model_factory= (a function returning
-    a fresh LightningModule or model, for the memorization check), inputs=/targets=/output=, census_every=, ...
+    `loss_fn(output, targets)`: the loss as training_step computes it from the module's output; left out, the loss
+    the targets imply (cross-entropy for class indices, binary cross-entropy on the logits for binary and
+    multi-label targets, mean squared error for regression), checked against training_step's loss on the first
+    batch (doctor/integrations/__init__.py, `ImpliedLoss`). Any other keyword is passed to Doctor: validation=
+    (batches shaped as the training ones), model_factory= (a function returning a fresh LightningModule or model,
+    for the memorization check), inputs=/targets=/output=, census_every=, ...
     """
 
-    def __init__(self, loss_fn, **doctor_kwargs):
+    def __init__(self, loss_fn=None, **doctor_kwargs):
         super().__init__()
         self.loss_fn, self.doctor_kwargs = loss_fn, doctor_kwargs
         self._loss: torch.Tensor | None = None  # the loss on_before_backward saw, as computed
         self._ready_at = 0.0  # when the loop was last ready for a batch: waiting for one starts then
         self._forward_seen = False
-        self._hooks: list = []  # the hook that looks at the first training forward, until the first backward
+        self._output: torch.Tensor | None = None  # this step's first training output, while the loss is unchecked
+        # The hook that looks at the training forward: until the first backward, or until the loss is checked.
+        self._hooks: list = []
 
     # ----- fit start: the doctor around the module and the optimizer ------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -66,7 +73,8 @@ class DoctorCallback(Outcome, Callback):
             optimizers = trainer.optimizers
             if len(optimizers) != 1:
                 raise CannotJudge(f"the doctor watches one optimizer and this module configures {len(optimizers)}")
-            return Doctor(pl_module, optimizers[0], self.loss_fn, scaler=self._scaler, **self.doctor_kwargs)
+            loss = self._doctor_loss()  # without loss_fn: the loss the task implies, checked at the first backward
+            return self._built(Doctor(pl_module, optimizers[0], loss, scaler=self._scaler, **self.doctor_kwargs))
 
         # A fit resumed from a checkpoint has its ckpt_path; Lightning has restored the callback's state_dict
         # (load_state_dict) by now, and restores global_step only after on_fit_start.
@@ -76,9 +84,12 @@ class DoctorCallback(Outcome, Callback):
             self._hooks = [pl_module.register_forward_hook(self._training_forward)]
         self._ready_at = time.perf_counter()
 
-    def _training_forward(self, module, _inputs, _output) -> None:
+    def _training_forward(self, module, _inputs, output) -> None:
         if torch.is_grad_enabled() and module.training:
             self._forward_seen = True
+            if self._output is None and self._loss_unchecked and self.doctor is not None:
+                output = self.doctor.layout.output_or_none(output)
+                self._output = output.detach() if torch.is_tensor(output) else None
 
     # ----- each batch --------------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer, pl_module) -> None:
@@ -93,6 +104,7 @@ class DoctorCallback(Outcome, Callback):
         # From the end of the last batch (or the epoch's start, or a validation's end) to this batch: Lightning
         # fetched it and moved it to the device then, and did its own bookkeeping between batches (a little).
         waited = time.perf_counter() - self._ready_at
+        self._output = None  # the training forward of this batch is the one its loss is computed from
         with self._judging():
             self.doctor.see(batch, waited)
 
@@ -115,10 +127,21 @@ class DoctorCallback(Outcome, Callback):
                 "doctor: training_step did not call the LightningModule itself (self(x)): the checks read from the"
                 " training forward (the task, a softmax before the loss, train/eval mode) are missing"
             )
-        self._remove_hooks()  # looked at once: the first backward follows the first forward
         loss, self._loss = self._loss, None
         with self._judging():
+            if self._loss_unchecked:
+                self._check_loss(loss)
             self.doctor.after_backward(loss)
+        if not self._loss_unchecked:
+            self._remove_hooks()  # looked at once: the first backward follows the first forward
+
+    def _check_loss(self, loss: torch.Tensor) -> None:
+        """Without loss_fn: the loss the task implies must give training_step's loss on its output (ImpliedLoss)."""
+        if self._output is None:  # training_step did not call the module (warned of): nothing to compare
+            self.loss_used.checked = False
+        else:
+            self.loss_used.check(self._output, self.doctor.instruments.last_targets, loss)
+        self._output = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._ready_at = time.perf_counter()

@@ -18,7 +18,7 @@ from harness.column import F64, STR, Column
 from harness.eval_mode import eval_mode
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.probe import Probe
-from harness.instruments.signals import finite_median, last_module
+from harness.instruments.signals import finite_median, last_module, leaves_run
 from harness.targets import (
     SOFTMAX_LOSSES,
     TaskError,
@@ -42,7 +42,8 @@ class Outputs(Collector):
         Column(
             "output_layer",
             STR,
-            "the model's last module without children, `name (Type)`: where the output comes from",
+            "the last module without children the model's forward ran (never a loss), `name (Type)`: where the"
+            " output comes from",
         ),
         Column(
             "loss_kind",
@@ -96,6 +97,7 @@ class Outputs(Collector):
         self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
         self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
         self._loss_read = False  # the loss is named on the first training forward (with the task, unless given)
+        self.ran: list[str] = []  # the leaf modules the probe's forward ran, in order (output_layer: the last)
         # Hooked exactly while the next step is a census step: the only forwards it reads, and a hook on every
         # forward costs its call on every step of a loop whose step may take a millisecond.
         self._hook = None
@@ -176,11 +178,12 @@ class Outputs(Collector):
         model, task, loss_kind = loop.model, loop.task, loop.loss_kind
         probe = loop.on_model_device(self.probe.inputs)
         with loop.own_forward_pass(), eval_mode(model):
-            with torch.no_grad():
+            with torch.no_grad(), leaves_run(model) as ran:
                 try:
                     out = loop.layout.forward(model, probe)
                 except BatchError:  # an output the doctor cannot read: the output checks stay unmeasured
                     out = None
+            self.ran = ran if out is not None else []  # in order: the last one made the output
             if out is not None:
                 checks["output_spread"] = output_spread(out)
             reach = None
@@ -223,6 +226,6 @@ class Outputs(Collector):
         return {
             **scalars,
             "task": self.loop.task or "unknown",
-            "output_layer": last_module(self.loop.model),
+            "output_layer": last_module(self.loop.model, self.ran),
             "loss_kind": self.loop.loss_kind,
         }

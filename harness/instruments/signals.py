@@ -7,9 +7,10 @@ batch's first examples as rows, and the small numeric helpers the collectors sha
 the entropy of counts, many 0-d tensors read at once, exact zero counts).
 """
 
+import contextlib
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from statistics import median
 
 import torch
@@ -152,14 +153,47 @@ def example_rows(inputs, targets, limit: int) -> tuple[torch.Tensor, torch.Tenso
     return (x, targets[: len(x)].detach().cpu()) if x is not None else None
 
 
-def last_module(model: nn.Module) -> str:
-    """The model's last module without children, as `name (Type)`: where the output is produced.
+def _leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's modules without children, in registration order, losses left out.
 
-    Module order is registration order, which is the order of a Sequential; an activation applied as a function
-    in forward (torch.sigmoid) is not a module and is not named.
+    A loss kept as an attribute (`self.loss = nn.CrossEntropyLoss()`, a common pattern) is a leaf module too, and
+    often the last one registered, but it computes the loss, not the output.
     """
-    leaves = [(name, module) for name, module in model.named_modules() if not list(module.children())]
-    if not leaves:
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if not list(module.children()) and not isinstance(module, nn.modules.loss._Loss)
+    ]
+
+
+@contextlib.contextmanager
+def leaves_run(model: nn.Module) -> Iterator[list[str]]:
+    """Inside: the names of the model's leaf modules (`_leaves`) in the order the forward passes run them."""
+    ran: list[str] = []
+    handles = []
+    try:
+        for name, module in _leaves(model):
+            handles.append(module.register_forward_hook(lambda *_, name=name: ran.append(name)))
+        yield ran
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def last_module(model: nn.Module, ran: Sequence[str] = ()) -> str:
+    """The module the model's output comes from, as `name (Type)`: its last leaf module to run.
+
+    `ran`: the leaf modules a forward pass ran, in order (`leaves_run`); the last of them produced the output,
+    wherever the model registered it (a head registered before the encoder), and a module the forward never uses
+    (an auxiliary head, a loss kept as an attribute) is not it. Without `ran`, the last leaf registered, which is
+    the order of a Sequential. An activation applied as a function in forward (torch.sigmoid) is not a module
+    and is not named.
+    """
+    leaves = dict(_leaves(model))
+    if ran:
+        name = ran[-1]
+    elif leaves:
+        name = list(leaves)[-1]
+    else:
         return type(model).__name__
-    name, module = leaves[-1]
-    return f"{name or 'the model'} ({type(module).__name__})"
+    return f"{name or 'the model'} ({type(leaves[name]).__name__})"
