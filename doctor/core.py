@@ -99,7 +99,7 @@ class Interrupted(KeyboardInterrupt):
     """
 
 
-def budget(value, name: str, whole: bool) -> int | float | None:
+def checked_limit(value, name: str, whole: bool) -> int | float | None:
     """A step budget (`whole`: an int) or a time budget in seconds, checked: above 0, or None for no budget.
 
     ValueError naming the value otherwise (the command line's --max-steps and --max-seconds read the same).
@@ -114,7 +114,7 @@ def budget(value, name: str, whole: bool) -> int | float | None:
 
 def check_budgets(max_steps, max_seconds) -> tuple[int | None, float | None]:
     """The step and time budgets, checked (None: no budget): the watch yields no batch once either is spent."""
-    return budget(max_steps, "max_steps", whole=True), budget(max_seconds, "max_seconds", whole=False)
+    return checked_limit(max_steps, "max_steps", whole=True), checked_limit(max_seconds, "max_seconds", whole=False)
 
 
 def _has_parameters(model: nn.Module) -> None:
@@ -715,16 +715,17 @@ def probe(
     output=None,
     max_steps: int | None = None,
     max_seconds: float | None = None,
+    budget: "float | CostBudget | None" = SHARE,
 ) -> "Report":
     """Run a short standard training loop on the recipe's pieces under the doctor and return its report.
 
     `inputs`, `targets` and `output` say where batches keep their inputs and targets and which output the loss
     reads, as for `Doctor` (harness/batches.py), where the doctor cannot tell by itself; `max_steps` and
-    `max_seconds` cut the loop short, as for `Doctor`. Ctrl-C (KeyboardInterrupt) during the loop ends it with the
-    report of the steps so far; before the first step, or during the end-of-run measurements, it raises
-    `Interrupted`.
+    `max_seconds` cut the loop short, and `budget` is the doctor's cost budget, as for `Doctor`. Ctrl-C
+    (KeyboardInterrupt) during the loop ends it with the report of the steps so far; before the first step, or
+    during the end-of-run measurements, it raises `Interrupted`.
     """
-    budget(steps, "steps", whole=True)
+    checked_limit(steps, "steps", whole=True)
     torch.manual_seed(seed)
     device = torch.device(device)
     model = model_factory().to(device)
@@ -741,6 +742,7 @@ def probe(
         output=output,
         max_steps=max_steps,
         max_seconds=max_seconds,
+        budget=budget,
     )
     layout = doctor.layout
     model.train()

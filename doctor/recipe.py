@@ -41,7 +41,7 @@ from pathlib import Path
 from types import ModuleType
 
 from analysis import checks
-from doctor.core import CannotJudge, Doctor, Report, budget, check_budgets, final_report, probe, stopped_by_user
+from doctor.core import CannotJudge, Doctor, Report, check_budgets, checked_limit, final_report, probe, stopped_by_user
 
 REQUIRED = ("model", "batches", "loss", "optimizer")
 
@@ -154,9 +154,9 @@ def run(
 def _probe_steps(recipe: ModuleType, steps: int | None) -> int:
     """The probe loop's length: `steps`, else the recipe's STEPS, else 300 (ValueError or RecipeError if not > 0)."""
     if steps is not None:
-        return budget(steps, "steps", whole=True)
+        return checked_limit(steps, "steps", whole=True)
     try:
-        return budget(getattr(recipe, "STEPS", 300), "STEPS", whole=True)
+        return checked_limit(getattr(recipe, "STEPS", 300), "STEPS", whole=True)
     except ValueError as error:
         raise RecipeError(f"the recipe's {error}: set STEPS to the probe loop's length, e.g. STEPS = 300") from None
 

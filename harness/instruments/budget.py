@@ -5,7 +5,7 @@ step (a dozen collectors' Python on each batch, backward pass and optimizer step
 So the doctor watches the first `dense_steps` in full (the initialization checks, the first loss, the first
 censuses), and after that watches an optimizer cycle, or takes a census the schedule asks for, only while its own
 time so far is within `share` of the loop's own time: on a slow loop that is every cycle and every census, on a
-fast one a sample (a census refused is taken at the first step allowed after it).
+fast one a sample (a census refused is taken after the next cycle watched, and never two in a row are refused).
 
 A collector that needs whole cycles (whether .grad was cleared, the backward passes per optimizer step) reads
 whole watched cycles: the decision is taken between one optimizer step and the next, never inside the backward

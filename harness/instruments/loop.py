@@ -28,8 +28,6 @@ from harness.batches import BatchLayout, to_device
 from harness.column import Column
 from harness.torch_private import unscaled_already
 
-CENSUS_GAP = 4  # under a cost budget, at most this many census intervals pass without a census
-
 
 class Loop:
     """The pieces of the observed loop and where it is; the collectors read it, the observer moves it on."""
@@ -67,7 +65,6 @@ class Loop:
         # census the schedule wanted and the budget refused is taken at the next step it allows. None: every one.
         self.census_gate: Callable[[int], bool] | None = None
         self._census_owed = False
-        self._last_census = 0
         self.census_cycle = False  # a census step's backward was seen in the optimizer cycle under way
         # The collectors' reads around each optimizer update, run by one pre-hook and one post-hook of the loop's
         # (a hook each costs its call on every step): (read, when), `when` one of READ_WHEN.
@@ -90,17 +87,16 @@ class Loop:
     def _census_at(self, step: int) -> bool:
         """Whether `step` is a census step: the schedule's, or the first the cost budget allows after one it refused."""
         if self.is_census_step(step):
-            # Never more than CENSUS_GAP censuses' worth of steps without one, whatever the budget: the rules read
-            # the census's curves over the whole run (a trend, a median over the later half).
-            overdue = step - self._last_census >= CENSUS_GAP * self.census_every
-            if self.census_gate is None or overdue or self.census_gate(step):
-                self._census_owed, self._last_census = False, step
+            # Never two scheduled censuses refused in a row, whatever the budget: the rules read the census's curves
+            # over the whole run (a trend, a median over the later half), at worst at half the schedule's density.
+            if self.census_gate is None or self._census_owed or self.census_gate(step):
+                self._census_owed = False
                 return True
             self._census_owed = True
             return False
         # Owed: taken after a cycle the budget let the instruments watch (asking the budget every step costs more).
         if self._census_owed and self.watching:
-            self._census_owed, self._last_census = False, step
+            self._census_owed = False
             return True
         return False
 
