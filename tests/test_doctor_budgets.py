@@ -18,34 +18,15 @@ import time
 import pytest
 import torch
 from conftest import ROOT
+from test_doctor_bad_input import BASE as BAD_INPUT_BASE
 from torch import nn
 
 from doctor import Doctor
 from doctor.__main__ import main
 from doctor.core import Interrupted, probe
 
-BASE = """
-import torch
-from torch import nn
-
-STEPS = 30
-torch.manual_seed(0)
-X = torch.randn(256, 8)
-Y = (X[:, 0] + X[:, 1] > 0).long()
-loss = nn.CrossEntropyLoss()
-
-
-def model():
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
-
-
-def batches():
-    return [(X[i : i + 32], Y[i : i + 32]) for i in range(0, 256, 32)]
-
-
-def optimizer(params):
-    return torch.optim.SGD(params, lr=0.1)
-"""
+# The recipe of tests/test_doctor_bad_input.py without its validation(): a run of 30 probe steps.
+BASE = BAD_INPUT_BASE[: BAD_INPUT_BASE.index("\n\ndef validation():")] + "\n"
 
 # A recipe's own loop: ten epochs of eight batches, unless a budget cuts it.
 OWN_LOOP = """

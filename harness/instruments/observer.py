@@ -200,15 +200,17 @@ class Instruments:
         self.data_wait.add(waited_s)  # before the batch is read: a batch the layout refuses was still waited for
         inputs, targets = self.layout.split(batch)
         self.loop.last_inputs, self.loop.last_targets = inputs, targets
+        for collector in self._told(self._seeing, self._seeing_census, self._seeing_every):
+            collector.see(inputs, targets)
+
+    def _told(self, everyone: list, around_census: list, every_step: list) -> list:
+        """Who hears of this event: all on a watched cycle; else those not sampled, around a census; else fewer."""
         loop = self.loop
         if loop.watching:
-            seeing = self._seeing
-        elif loop.census_next or loop.census_now or loop.census_cycle:
-            seeing = self._seeing_census
-        else:
-            seeing = self._seeing_every
-        for collector in seeing:
-            collector.see(inputs, targets)
+            return everyone
+        if loop.census_now or loop.census_next or loop.census_cycle:
+            return around_census
+        return every_step
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after `loss.backward()` and before `optimizer.step()`."""
@@ -216,13 +218,7 @@ class Instruments:
         loop = self.loop
         loop.advance()
         loop.census_cycle |= loop.census_now  # its later backward passes too: with accumulation the last counts
-        if loop.watching:
-            hearing = self._hearing
-        elif loop.census_now or loop.census_next or loop.census_cycle:
-            hearing = self._hearing_census
-        else:
-            hearing = self._hearing_every
-        for collector in hearing:
+        for collector in self._told(self._hearing, self._hearing_census, self._hearing_every):
             collector.after_backward(loss)
         if self.budget is not None:
             self.budget.watched_steps += loop.watching
