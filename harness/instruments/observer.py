@@ -175,19 +175,14 @@ class Instruments:
     def watch(self, batches: Iterable, then: Callable[[], None] | None = None) -> Iterator:
         """Yield the batches of `batches`, timing how long the loop waits for each one; `then()` after each is seen."""
         for batch, waited_s in self.data_wait.timed(batches):
-            start = time.perf_counter()
-            self._see(batch, waited_s)
-            if then is not None:
-                then()
-            if self.budget is not None:
-                self.budget.spend(start)
+            self.see(batch, waited_s, then)
             yield batch
 
     def see(self, batch, waited_s: float = 0.0, then: Callable[[], None] | None = None) -> None:
         """One batch the loop is about to train on, and how long it waited for it.
 
         `watch` calls it for each batch it yields; a loop the instruments do not iterate (a framework's callbacks)
-        calls it itself, before the batch's forward pass.
+        calls it itself, before the batch's forward pass. `then()` runs after, its time counted as the instruments'.
         """
         start = time.perf_counter()
         self._see(batch, waited_s)
