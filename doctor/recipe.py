@@ -35,6 +35,7 @@ train()'s for the loop's own mistakes (PARTS below).
 
 import ast
 import dataclasses
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -161,21 +162,33 @@ def _probe_steps(recipe: ModuleType, steps: int | None) -> int:
         raise RecipeError(f"the recipe's {error}: set STEPS to the probe loop's length, e.g. STEPS = 300") from None
 
 
+class _Recorded(functools.partial):
+    """Doctor with the recipe's keywords, as train(Doctor) gets it, keeping each doctor it builds.
+
+    A functools.partial, so that its `keywords` (validation=, model_factory=, inputs=, ...) are there for a recipe
+    that hands them to a framework's callback instead of building the Doctor itself.
+    """
+
+    def __call__(self, /, *args, **kwargs) -> Doctor:
+        doctor = super().__call__(*args, **kwargs)
+        self.__dict__.setdefault("doctors", []).append(doctor)
+        return doctor
+
+    @property
+    def doctors(self) -> list[Doctor]:
+        return self.__dict__.get("doctors", [])
+
+
 def _run(recipe: ModuleType, force_probe: bool, steps: int, budgets: dict) -> Report:
     validation = getattr(recipe, "validation", None)
     layout = {name.lower(): getattr(recipe, name) for name in ("INPUTS", "TARGETS", "OUTPUT") if hasattr(recipe, name)}
     if hasattr(recipe, "train") and not force_probe:
-        built: list[Doctor] = []  # the doctor train() builds: a Ctrl-C in its loop still reports its steps so far
         given = {"validation": validation() if validation else None, "model_factory": recipe.model, **layout, **budgets}
-
-        def doctor_for_train(*args, **kwargs) -> Doctor:
-            built.append(Doctor(*args, **{**given, **kwargs}))
-            return built[-1]
-
+        built = _Recorded(Doctor, **given)  # a Ctrl-C in train()'s loop still reports the steps so far
         try:
-            doctor = recipe.train(doctor_for_train)
+            doctor = recipe.train(built)
         except KeyboardInterrupt:
-            doctor = stopped_by_user(built[-1] if built else None)
+            doctor = stopped_by_user(built.doctors[-1] if built.doctors else None)
         if not isinstance(doctor, Doctor):
             raise RecipeError(
                 f"the recipe's train(Doctor) returned {'None' if doctor is None else type(doctor).__name__}, not the"
