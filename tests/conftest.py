@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,3 +45,15 @@ def run_entry(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.
 @pytest.fixture
 def records(tmp_path) -> Path:
     return tmp_path / "records"
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module's tests (`pytestmark = pytest.mark.usefixtures("one_thread")`).
+
+    Tiny models run fastest on one thread, and on a busy machine a second thread only slows them down.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -73,13 +73,7 @@ def one_layer(body: str) -> str:
     return ONE_LAYER.format(body=body)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny models run fastest on one thread, and a busy machine's second thread only slows them down.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write(tmp_path, name: str, extra: str = "", base: str = BASE):

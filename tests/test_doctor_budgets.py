@@ -12,17 +12,17 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 import torch
 from conftest import ROOT
 from test_doctor_bad_input import BASE as BAD_INPUT_BASE
+from test_doctor_bad_input import doctor_cli
+from test_doctor_bad_input import write as write_recipe
 from torch import nn
 
 from doctor import Doctor
-from doctor.__main__ import main
 from doctor.core import Interrupted, probe
 
 # The recipe of tests/test_doctor_bad_input.py without its validation(): a run of 30 probe steps.
@@ -45,24 +45,12 @@ def train(Doctor):
 """
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write(tmp_path, name: str, extra: str = ""):
-    path = tmp_path / f"{name}.py"
-    path.write_text(BASE + textwrap.dedent(extra))
-    return path
-
-
-def doctor_cli(capsys, *args) -> tuple[int, str, str]:
-    status = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return status, out, err
+    """The recipe BASE (30 probe steps, no validation) + `extra` as tmp_path/NAME.py."""
+    return write_recipe(tmp_path, name, extra, base=BASE)
 
 
 def own_loop(budgets: dict, batches=None, epochs: int = 3) -> Doctor:

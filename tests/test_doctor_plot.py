@@ -17,13 +17,7 @@ from doctor.plot import NOT_MEASURED, figure_of, plot_report
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and leave the other core to whatever else is running."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class WithUnused(nn.Module):

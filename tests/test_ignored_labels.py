@@ -17,13 +17,7 @@ from doctor import Doctor
 from doctor.core import probe
 from harness.targets import Scorer, identify_loss, in_classes
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cross_entropy(out, y):
