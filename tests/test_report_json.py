@@ -7,12 +7,12 @@ margin in the one unit the JSON states; the schema is strict enough that a repor
 import copy
 import json
 import math
-import textwrap
 
 import jsonschema
 import pytest
 from conftest import ROOT
 from report_runs import CASES, run
+from test_doctor_bad_input import write
 
 from analysis.checks.numerics import CHECKS as FACTS
 from analysis.features import FEATURES
@@ -129,34 +129,7 @@ def test_the_unchanged_report_the_refusals_start_from_is_valid():
 
 
 def test_the_command_line_writes_json_that_validates_with_the_recipe_places(tmp_path, capsys):
-    recipe = tmp_path / "nan_inputs.py"
-    recipe.write_text(
-        textwrap.dedent(
-            """
-            import torch
-            from torch import nn
-
-            STEPS = 30
-            torch.manual_seed(0)
-            X = torch.randn(256, 8)
-            X[3, 0] = float("nan")
-            Y = (X[:, 1] > 0).long()
-            loss = nn.CrossEntropyLoss()
-
-
-            def model():
-                return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
-
-
-            def batches():
-                return [(X[i : i + 32], Y[i : i + 32]) for i in range(0, 256, 32)]
-
-
-            def optimizer(params):
-                return torch.optim.SGD(params, lr=0.1)
-            """
-        )
-    )
+    recipe = write(tmp_path, "nan_inputs", 'X[3, 0] = float("nan")\n')  # the bad-input recipe, one NaN input
     out = tmp_path / "report.json"
     assert main([str(recipe), "--json", str(out)]) == 1
     capsys.readouterr()
