@@ -52,14 +52,17 @@ def pl():
     return pytest.importorskip("lightning.pytorch")
 
 
-def lightning_module(pl, lr: float):
-    """A LightningModule over the MLP of tests/test_doctor_batches.py: 64 pixels, 32 hidden units, 10 classes."""
+def lightning_module(pl, lr: float, outputs: int = 10, loss: nn.Module | None = None):
+    """A LightningModule over the MLP of tests/test_doctor_batches.py: 64 pixels, 32 hidden units, `outputs` units.
+
+    Its training_step computes its own loss, kept as an attribute (`self.loss`): cross-entropy unless `loss` is given.
+    """
 
     class Digits(pl.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-            self.loss = nn.CrossEntropyLoss()
+            self.net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, outputs))
+            self.loss = nn.CrossEntropyLoss() if loss is None else loss
 
         def forward(self, x):
             return self.net(x)
@@ -180,23 +183,8 @@ def task_module(pl, kind: str):
         "label smoothing": (10, LABELS, nn.CrossEntropyLoss(label_smoothing=0.1)),
     }[kind]
 
-    class Task(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, outputs))
-            self.loss = loss
-
-        def forward(self, x):
-            return self.net(x)
-
-        def training_step(self, batch, _index):
-            x, y = batch
-            return self.loss(self(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), lr=1e-2)
-
-    return Task(), DataLoader(TensorDataset(IMAGES, targets), batch_size=64, shuffle=True)
+    batches = DataLoader(TensorDataset(IMAGES, targets), batch_size=64, shuffle=True)
+    return lightning_module(pl, 1e-2, outputs, loss)(), batches
 
 
 @pytest.mark.parametrize(
