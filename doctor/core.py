@@ -39,11 +39,12 @@ object that holds the logits. Where the doctor cannot tell, the user says once:
     Doctor(model, optimizer, loss_fn, loader, inputs=lambda b: b.image, targets=lambda b: b.label, output="logits")
 
 The task is read from the first batch's targets and the model's output (harness/targets.py): class indices
-with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, or regression
-targets shaped like the output. What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for
-a batch, model or task it does not cover: a batch whose inputs or targets it cannot find, targets of none of
-those tasks), a class label outside the output's classes that the loss does not ignore (its ignore_index; labels
-it ignores are left out of every measurement), and a model with no parameters. Exceptions raised by the user's own
+with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, regression
+targets shaped like the output, or class indices per position with (batch, time, V) outputs (a sequence).
+What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does
+not cover: a batch whose inputs or targets it cannot find, targets of none of those tasks), a class label outside
+the output's classes that the loss does not ignore (its ignore_index; labels it ignores are left out of every
+measurement), and a model with no parameters. Exceptions raised by the user's own
 model, loss or data code pass through unchanged.
 
 A step budget and a time budget, `Doctor(..., max_steps=N, max_seconds=S)`, stop the watch handing out batches
