@@ -156,12 +156,14 @@ def test_padding_positions_the_loss_ignores_are_left_out():
     report = doctor.report()
     m = report.measurements
     with torch.no_grad():
-        hits = kept = 0
+        hits = kept = loss_sum = 0
         for x, y in validation:
-            keep = y != -100
-            hits += int((doctor.model(x).argmax(dim=2)[keep] == y[keep]).sum())
+            keep, logits = y != -100, doctor.model(x)
+            hits += int((logits.argmax(dim=2)[keep] == y[keep]).sum())
             kept += int(keep.sum())
+            loss_sum += float(nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), reduction="sum"))
     assert m["final_val_acc"] == pytest.approx(hits / kept)  # scored on the kept positions only
+    assert m["final_val_loss"] == pytest.approx(loss_sum / kept, rel=1e-4)  # the mean over the kept positions
     labels = torch.cat([y.reshape(-1) for _, y in training])
     counts = torch.bincount(labels[labels != -100], minlength=VOCAB).double()
     assert m["majority_share"] == pytest.approx(float(counts.max() / counts.sum()))  # -100 is no class
