@@ -44,8 +44,8 @@ targets shaped like the output, or class indices per position with (batch, time,
 What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does
 not cover: a batch whose inputs or targets it cannot find, targets of none of those tasks), a class label outside
 the output's classes that the loss does not ignore (its ignore_index; labels it ignores are left out of every
-measurement), and a model with no parameters. Exceptions raised by the user's own
-model, loss or data code pass through unchanged.
+measurement), and a model with no parameters. Exceptions raised by the user's own model, loss or data code pass
+through unchanged.
 
 A step budget and a time budget, `Doctor(..., max_steps=N, max_seconds=S)`, stop the watch handing out batches
 once either is spent; the report says the run was cut there. `doctor.interrupted()` after a KeyboardInterrupt
