@@ -76,8 +76,13 @@ def _periodic_share(m: Mapping) -> float:
 
 
 def _learnable(m: Mapping) -> float:
-    """The better of the model's and the references' validation skill; NaN for regression (no class prior)."""
-    if m.get("task") == "regression":
+    """The better of the model's and the references' validation skill; NaN for regression (no class prior).
+
+    NaN for a sequence too: no quick reference fits a label per position, and the model's skill alone cannot say
+    the labels are unlearnable, as how much of the room above the prior a next token leaves reachable is the
+    text's own (its entropy), which nothing here measures.
+    """
+    if m.get("task") in ("regression", "sequence"):
         return math.nan
     baseline = prior_baseline(m)
     return np.fmax(_skill(_get(m, "final_val_acc"), baseline), _skill(_get(m, "reference_val_acc"), baseline))

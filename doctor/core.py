@@ -39,12 +39,13 @@ object that holds the logits. Where the doctor cannot tell, the user says once:
     Doctor(model, optimizer, loss_fn, loader, inputs=lambda b: b.image, targets=lambda b: b.label, output="logits")
 
 The task is read from the first batch's targets and the model's output (harness/targets.py): class indices
-with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, or regression
-targets shaped like the output. What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for
-a batch, model or task it does not cover: a batch whose inputs or targets it cannot find, targets of none of
-those tasks), a class label outside the output's classes that the loss does not ignore (its ignore_index; labels
-it ignores are left out of every measurement), and a model with no parameters. Exceptions raised by the user's own
-model, loss or data code pass through unchanged.
+with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, regression
+targets shaped like the output, or class indices per position with (batch, time, V) outputs (a sequence).
+What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does
+not cover: a batch whose inputs or targets it cannot find, targets of none of those tasks), a class label outside
+the output's classes that the loss does not ignore (its ignore_index; labels it ignores are left out of every
+measurement), and a model with no parameters. Exceptions raised by the user's own model, loss or data code pass
+through unchanged.
 
 A step budget and a time budget, `Doctor(..., max_steps=N, max_seconds=S)`, stop the watch handing out batches
 once either is spent; the report says the run was cut there. `doctor.interrupted()` after a KeyboardInterrupt
@@ -81,7 +82,7 @@ from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.instruments.probe import FirstLayer, first_layer_input
-from harness.targets import Task, TaskError, class_labels, in_classes, read_task
+from harness.targets import PositionLoss, Task, TaskError, class_labels, in_classes, positions, read_task
 
 
 class CannotJudge(Exception):
@@ -212,6 +213,9 @@ class Doctor:
         self.keep_batches, self._recent_examples = keep_batches, 0
         self._keep_examples = max(RECENT_EXAMPLES, self.capacity_examples)
         self.task: Task | None = None  # read once, from the first batch (check_task)
+        # The loss as the doctor calls it on the model's output: the loop's own, called on a sequence's positions
+        # the way the loop calls it (harness/targets.py: PositionLoss); set with the task.
+        self.task_loss: Callable | None = loss_fn
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
@@ -277,7 +281,7 @@ class Doctor:
     def _seen(self) -> None:
         inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
         if self.task is None:
-            self.task, first = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
+            self.task, first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
             self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
             # Integer inputs cast inside forward (uint8 pixels): the scale the first layer sees (instruments/probe.py).
             self.input_scale = self.instruments.probe_batch.scale_seen_by_model(first)
@@ -295,7 +299,7 @@ class Doctor:
     def _evaluate(self, batches: Iterable, split: bool = True) -> tuple[float, float]:
         """Loss and score on batches as the loop's (split=True) or on (inputs, targets) pairs already split."""
         layout = self.layout if split else self.layout.already_split()
-        return evaluate(self.model, self.loss_fn, batches, task=self.task.kind, layout=layout)
+        return evaluate(self.model, self.task_loss, batches, task=self.task.kind, layout=layout)
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
@@ -368,7 +372,7 @@ class Doctor:
         )
         after = end_of_run(
             self.model_factory,
-            self.loss_fn,
+            self.task_loss,
             probes,
             self._memorize_on(not_rows),
             self._capacity_on(not_rows),
@@ -381,7 +385,28 @@ class Doctor:
             "final_val_loss": val_loss,
             "final_val_acc": val_acc,
         }
-        return run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
+        record = run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
+        if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
+            record["baseline_val_acc"] = self._validation_prior()
+        return record
+
+    def _validation_prior(self) -> float:
+        """The validation accuracy of always answering the most frequent training label, on a sequence's positions.
+
+        The reference fit measures it for one class per example; a sequence gets no reference fit, and its
+        validation text need not share the training text's class mix, so the validation accuracy is held against
+        this rather than the training prior. Positions the loss ignores are left out; NaN without validation.
+        """
+        counts = self.instruments.labels.label_counts
+        if self.validation is None or counts is None or not int(counts.sum()):
+            return math.nan
+        majority, hits, kept = int(counts.argmax()), 0, 0
+        for batch in self.validation:
+            labels = self.layout.split(batch, "validation")[1].reshape(-1)
+            valid = in_classes(labels, self.task.n_classes)
+            hits += int(((labels == majority) & valid).sum())
+            kept += int(valid.sum())
+        return hits / kept if kept else math.nan
 
     @property
     def _device(self) -> torch.device:
@@ -411,8 +436,8 @@ class Doctor:
         return [(to_device(x, self._device), y.to(self._device)) for x, y in pairs]
 
     def _held_out(self) -> tuple | None:
-        """The validation examples the references are scored on (None without validation)."""
-        if self.validation is None:
+        """The validation examples the references are scored on (None without validation, or for a sequence)."""
+        if self.validation is None or self.task.kind == "sequence":  # a label per position: no reference fit
             return None
         classes = self.task.n_classes if self.task.kind == "multiclass" else None
         return _examples(self.validation, self.layout, self.instruments.keep_examples, self.task.kind, classes)
@@ -463,6 +488,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     if observed.input_scale:  # said, not silent: the rule reading it could not be judged
         unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
         note = unscaled if note is None else f"{note}; {unscaled}"
+    beyond = _beyond_the_task(measured)
+    if beyond:
+        note = beyond if note is None else f"{note}; {beyond}"
     return Report(
         tuple(findings),
         bigger_machine(observed, findings[0].verdict, thresholds["starved_loader"]),
@@ -481,6 +509,33 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
         cost=observed.cost,
         stopped=observed.stopped,
     )
+
+
+# The checks a task leaves without what they read, and why: a check that cannot judge a task says so in the report
+# (`not_judged` in the JSON, its feature null), never a pass and never a cause it cannot support.
+NOT_JUDGED_ON_TASK = {
+    "sequence": (
+        (
+            # shuffled_labels: the model's accuracy alone cannot tell unlearnable labels from text that leaves
+            # little to predict (analysis/features.py: learnable_skill).
+            "no quick reference fits a label per position",
+            ("shuffled_labels", "label_noise", "class_imbalance", "model_too_small"),
+        ),
+        ("a batch's positions are no independent draws of a label", ("unshuffled_batches",)),
+    )
+}
+
+
+def _beyond_the_task(measured: Mapping) -> str | None:
+    """Which checks this run's task leaves unjudged (their feature not measured), and why; None: none."""
+    task = measured.get("task")
+    values, rules = features(measured), {rule.verdict: rule for rule in RULES}
+    said = []
+    for why, verdicts in NOT_JUDGED_ON_TASK.get(task, ()):
+        unjudged = [v for v in verdicts if v in rules and math.isnan(values[rules[v].feature])]
+        if unjudged:
+            said.append(f"{', '.join(unjudged)} ({why})")
+    return f"not judged on {task} outputs: {'; '.join(said)}" if said else None
 
 
 def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list[Finding], str | None]:
@@ -625,13 +680,15 @@ def _examples(
 
 def check_task(
     model: nn.Module, layout: BatchLayout, inputs, targets: torch.Tensor, loss_fn: Callable | None = None
-) -> tuple[Task, FirstLayer]:
+) -> tuple[Task, FirstLayer, Callable | None]:
     """The task of the first batch (harness/targets.py), read on an eval-mode forward before the loop trains on it.
 
     UnsupportedTask if the model cannot be called on the inputs as the layout reads them, its output and the
     targets make no task the doctor covers, or a class label lies outside the output's classes and `loss_fn` does
     not ignore it: refused before the first step, not after a run of steps. With the task, what the model's first
-    layer was handed on that forward (harness/instruments/probe.py: the scale of inputs cast inside forward).
+    layer was handed on that forward (harness/instruments/probe.py: the scale of inputs cast inside forward), and
+    the loss as the doctor calls it on the model's output: `loss_fn`, or for a sequence a `PositionLoss` that calls
+    it on the positions where the loop does (harness/targets.py).
     """
     with eval_mode(model), torch.no_grad(), refusing(), first_layer_input(model) as first:
         out = layout.forward(model, to_device(inputs, next(model.parameters()).device))
@@ -641,7 +698,11 @@ def check_task(
         raise UnsupportedTask(str(error)) from None
     if task.kind == "multiclass":
         _check_labels(targets, out, task.n_classes, loss_fn)
-    return task, first
+    if task.kind == "sequence":
+        loss_fn = PositionLoss.of(loss_fn, out, targets) if loss_fn is not None else None
+        rows, labels = positions(out, targets)
+        _check_labels(labels, rows, task.n_classes, loss_fn)  # each position a row, as the loss reads them
+    return task, first, loss_fn
 
 
 def _check_labels(targets: torch.Tensor, out: torch.Tensor, classes: int, loss_fn: Callable | None) -> None:

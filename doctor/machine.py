@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from analysis.checks.evidence import METRIC_NAMES
 from analysis.features import features
 from analysis.rules import HEALTHY, UNEXPLAINED
 from harness.targets import CLASS_TASKS
@@ -132,7 +133,8 @@ def _memorizes(observed: "Observed") -> Check:
     name = "it memorizes a few examples"
     measured = observed.measurements
     ln_c = measured["ln_classes"]  # the uninformed loss: ln C for classes, the targets' variance for regression
-    uninformed = "ln C" if measured.get("task") in CLASS_TASKS else "the uninformed loss"
+    task = measured.get("task")
+    uninformed = "ln C" if task in CLASS_TASKS else "ln V" if task == "sequence" else "the uninformed loss"
     memorized, tried, on = measured["memorize_best_loss"], list(measured["memorize_losses"]), observed.memorized_on
     if not tried:
         return Check(name, None, f"not measured ({observed.unmemorized})")
@@ -154,7 +156,7 @@ def _improves(measured: Mapping, val_start: tuple[float, float] | None) -> Check
         # A model computing NaN has no accuracy to compare: argmax of NaN rows is class 0, not learning.
         return Check(name, False, f"{nonfinite} of {measured['steps']} training losses were NaN or inf")
     if val_start is not None and not math.isnan(measured["final_val_acc"]):
-        metric = {"regression": "R²", "multilabel": "per-label accuracy"}.get(task, "accuracy")
+        metric = METRIC_NAMES.get(task, "accuracy")
         start, end = val_start[1], measured["final_val_acc"]
         shown = (f"{start:.2f}", f"{end:.2f}") if task == "regression" else (f"{start:.0%}", f"{end:.0%}")
         return Check(name, end > start + 0.05, f"validation {metric} {shown[0]} -> {shown[1]}")

@@ -1,8 +1,9 @@
 """Evaluation: mean loss and score of a model over batches, without changing the model or its mode.
 
-The score is accuracy for the classification tasks and R² for regression (harness/targets.py); the task is
-read from the first batch unless given. Batches are (inputs, targets) pairs unless a `layout` says where a batch
-keeps them (harness/batches.py: dicts, several inputs, a model returning an object).
+The score is accuracy for the classification tasks (per position for a sequence) and R² for regression
+(harness/targets.py); the task is read from the first batch unless given. Batches are (inputs, targets) pairs
+unless a `layout` says where a batch keeps them (harness/batches.py: dicts, several inputs, a model returning an
+object).
 """
 
 import math
@@ -12,7 +13,7 @@ from torch import nn
 
 from harness.batches import BatchLayout, to_device
 from harness.eval_mode import eval_mode as eval_mode_of
-from harness.targets import Scorer, task_of
+from harness.targets import Scorer, in_classes, task_of
 
 
 def evaluate(
@@ -41,7 +42,11 @@ def evaluate(
                 outputs = layout.forward(model, x)
             if scorer is None:
                 scorer = Scorer(task or task_of(y, outputs))
-            loss_sum += float(loss_fn(outputs, y)) * len(y)
+            # A sequence's loss is a mean over the positions it does not ignore: weighted by those, not by examples
+            # (a batch of padding alone has no loss to weigh).
+            weight = int(in_classes(y, outputs.shape[-1]).sum()) if scorer.task == "sequence" else len(y)
+            if weight:
+                loss_sum += float(loss_fn(outputs, y)) * weight
             scorer.add(outputs, y)
-            total += len(y)
+            total += weight
     return (loss_sum / total, scorer.value()) if total else (math.nan, math.nan)

@@ -9,12 +9,21 @@ The instruments and the doctor read the task from what the loop hands over, neve
 | `binary`     | 0/1 values, one per example ((B,) or (B, 1))   | one unit per example   | accuracy (threshold)   |
 | `multilabel` | float rows of 0/1, any number of 1s, (B, K>=2) | (B, K)                 | accuracy per label     |
 | `regression` | any other real values, as many as outputs      | as many as the targets | R² (1 - SSE / SST)     |
+| `sequence`   | integer class indices per position, (B, T)     | (B, T, V >= 2)         | accuracy per position  |
 
 A binary or multi-label output is read as probabilities when every value lies in [0, 1] (a sigmoid applied),
 else as logits (threshold 0). For regression the accuracy columns hold R², whose baseline (always predicting the
 mean) is 0, so that "skill above the baseline" means the same for every task. `class_labels` turns the targets of
 the three single-label tasks into class indices, so that the label counts, the class prior and the reference
 fit work for them as for class indices.
+
+A `sequence` task (a language model's next token, a tagger's tag per token) is multiclass at every (example,
+time) position: each position is a row of V logits against one class index. Examples stay the batch's rows
+(memorization and the capacity fit take whole sequences), but everything read from outputs against targets
+(the score, the class counts, the loss's name) reads positions. A position whose target lies outside the
+output's classes (the loss's ignore_index, -100 for padding in every collator) is left out, as for multiclass.
+The loop computes the loss on the positions (`loss_fn(logits.reshape(-1, V), targets.reshape(-1))`) or on the
+output as it is; `PositionLoss` calls the loop's loss the way it takes them.
 
 `identify_loss` names the loss function by what it computes on one batch (so a lambda or a Keras-style
 function is named as well as an `nn.Module`): what the loss assumes the output is, and whether it applies its
@@ -30,8 +39,9 @@ import torch.nn.functional as F
 from harness.batches import floats, scaled
 from harness.eval_mode import eval_mode
 
-TASKS = ("multiclass", "onehot", "binary", "multilabel", "regression")
+TASKS = ("multiclass", "onehot", "binary", "multilabel", "regression", "sequence")
 CLASS_TASKS = ("multiclass", "onehot", "binary")  # one class per example: class indices exist
+INDEX_TASKS = ("multiclass", "sequence")  # targets that are class indices into the output's last dimension
 LOSSES = ("cross_entropy", "nll", "bce_logits", "bce", "mse", "l1", "other")
 REGRESSION_LOSSES = ("mse", "l1")
 SOFTMAX_LOSSES = ("cross_entropy",)  # losses that apply a softmax of their own to the output
@@ -56,6 +66,8 @@ def task_of(targets: torch.Tensor, outputs: torch.Tensor) -> str:
     per_example = outputs[0].numel()
     if not targets.is_floating_point() and targets.dim() == 1 and outputs.dim() == 2 and outputs.shape[1] >= 2:
         return "multiclass"
+    if _is_sequence(targets, outputs):
+        return "sequence"
     y = targets.float()
     if targets.numel() == outputs.numel() and _is_zero_one(y):
         if per_example == 1:
@@ -68,9 +80,65 @@ def task_of(targets: torch.Tensor, outputs: torch.Tensor) -> str:
         return "regression"  # integer counts or scores predicted by one output
     raise TaskError(
         f"targets {tuple(targets.shape)} ({targets.dtype}) and model output {tuple(outputs.shape)} make no task the"
-        " doctor covers: class indices with (batch, C) outputs, or targets of the output's shape (one-hot, binary,"
-        " multi-label, regression)"
+        " doctor covers: class indices with (batch, C) outputs, class indices per position (batch, time) with"
+        " (batch, time, V) outputs, or targets of the output's shape (one-hot, binary, multi-label, regression)"
     )
+
+
+def _is_sequence(targets: torch.Tensor, outputs: torch.Tensor) -> bool:
+    """Class indices per position, (B, T), against (B, T, V >= 2) outputs: a class index for each position's row."""
+    return (
+        not targets.is_floating_point()
+        and targets.dim() == 2
+        and outputs.dim() == 3
+        and outputs.shape[:2] == targets.shape
+        and outputs.shape[2] >= 2
+    )
+
+
+def positions(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sequence batch as multiclass rows: the (B * T, V) outputs and (B * T,) class indices of its positions."""
+    return outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1)
+
+
+class PositionLoss:
+    """The loop's loss of sequence outputs, called the way the loop calls it: on the positions, or on the output.
+
+    A loop computes the loss of (B, T, V) logits either on their positions, `loss_fn(logits.reshape(-1, V),
+    targets.reshape(-1))` (nn.CrossEntropyLoss takes nothing else), or on the output as it is (a function that
+    reshapes or transposes it itself). `of` tries the positions first on one batch, and takes the output as it is
+    only where the loss cannot be called on positions. Called on (B, T, V) outputs and (B, T) targets, it computes
+    the loss as the loop does; called on rows of positions, (n, V) and (n,), it computes the same loss of those
+    positions, so the doctor's own checks (the loss's name, whether it ignores a label) read rows as for multiclass.
+    """
+
+    def __init__(self, loss_fn, on_positions: bool):
+        self.loss_fn, self.on_positions = loss_fn, on_positions
+
+    @classmethod
+    def of(cls, loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> "PositionLoss":
+        """The loss as the loop calls it, read from one sequence batch (positions it would ignore left out)."""
+        rows, labels = positions(outputs.detach(), targets)
+        kept = in_classes(labels, rows.shape[1])
+        rows, labels = (rows[kept][:2], labels[kept][:2]) if bool(kept.any()) else (rows[:1], labels[:1])
+        try:
+            with torch.no_grad():
+                loss_fn(rows, labels)
+        except Exception:  # noqa: BLE001 - a loss that cannot take positions takes the output as it is
+            return cls(loss_fn, on_positions=False)
+        return cls(loss_fn, on_positions=True)
+
+    @property
+    def ignore_index(self) -> int | None:
+        """The loop's loss's own ignore_index, where it has one (nn.CrossEntropyLoss)."""
+        return getattr(self.loss_fn, "ignore_index", None)
+
+    def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if _is_sequence(targets, outputs):
+            return self.loss_fn(*positions(outputs, targets)) if self.on_positions else self.loss_fn(outputs, targets)
+        if self.on_positions:  # rows of positions already
+            return self.loss_fn(outputs, targets)
+        return self.loss_fn(outputs.unsqueeze(1), targets.unsqueeze(1))  # each row a sequence of one position
 
 
 @dataclass(frozen=True)
@@ -89,8 +157,8 @@ class Task:
 def read_task(targets: torch.Tensor, outputs: torch.Tensor) -> Task:
     """The task of one batch's targets and output (TaskError if they make none): read once, at a run's first batch."""
     kind = task_of(targets, outputs)
-    if kind in ("multiclass", "onehot"):
-        return Task(kind, int(outputs.shape[1]), math.log(outputs.shape[1]))
+    if kind in ("multiclass", "onehot", "sequence"):
+        return Task(kind, int(outputs.shape[-1]), math.log(outputs.shape[-1]))
     if kind in ("binary", "multilabel"):
         return Task(kind, 2 if kind == "binary" else int(outputs[0].numel()), math.log(2))
     spread = float(targets.detach().double().var()) if targets.numel() > 1 else math.nan
@@ -98,8 +166,11 @@ def read_task(targets: torch.Tensor, outputs: torch.Tensor) -> Task:
 
 
 def class_labels(targets: torch.Tensor, task: str | None) -> torch.Tensor | None:
-    """The class index of each example for the single-label tasks; None for multi-label and regression."""
-    if task == "multiclass":
+    """The class index of each example (single-label tasks) or position (sequence, flattened); else None.
+
+    None for multi-label and regression, which have no class indices.
+    """
+    if task in INDEX_TASKS:
         return targets.reshape(-1).long()
     if task == "onehot":
         return targets.argmax(dim=1)
@@ -138,11 +209,9 @@ class Scorer:
     def add(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         outputs = outputs.detach().float()
         if self.task == "multiclass":
-            # Labels the loss ignores (outside the output's classes) are left out: no example to score.
-            valid = in_classes(targets, outputs.shape[1])
-            hits, count = torch.stack([((outputs.argmax(dim=1) == targets) & valid).sum(), valid.sum()]).tolist()
-            self.hits += hits
-            self.count += count
+            self._add_indices(outputs, targets)
+        elif self.task == "sequence":  # each position is a multiclass row
+            self._add_indices(*positions(outputs, targets))
         elif self.task == "onehot":
             self.hits += float((outputs.argmax(dim=1) == targets.argmax(dim=1)).sum())
             self.count += len(targets)
@@ -156,6 +225,13 @@ class Scorer:
             self.sum += float(y.sum())
             self.sum_sq += float(y.pow(2).sum())
             self.count += y.numel()
+
+    def _add_indices(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        """Accuracy of (n, C) rows against class indices; labels the loss ignores (outside the classes) left out."""
+        valid = in_classes(targets, outputs.shape[1])
+        hits, count = torch.stack([((outputs.argmax(dim=1) == targets) & valid).sum(), valid.sum()]).tolist()
+        self.hits += hits
+        self.count += count
 
     def value(self) -> float:
         if not self.count:
@@ -181,6 +257,9 @@ def identify_loss(loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> str:
     Keras's categorical cross-entropy on sigmoid outputs alike); a loss that is the candidate matches it anywhere.
     """
     with torch.no_grad():
+        if _is_sequence(targets, outputs):
+            # Named on the positions, each a multiclass row, with the loss called as the loop calls it.
+            return identify_loss(PositionLoss.of(loss_fn, outputs, targets), *positions(outputs, targets))
         if not targets.is_floating_point() and targets.dim() == 1 and outputs.dim() == 2:
             # Class labels the loss ignores (outside the output's classes) are named on the other rows only: the
             # candidates below do not ignore them, and on an accelerator an index out of range is a device assert.
@@ -227,7 +306,7 @@ def identify_loss(loss_fn, outputs: torch.Tensor, targets: torch.Tensor) -> str:
 
 
 def output_reach(
-    model, x, scales=(1.0, 10.0, 100.0, 1000.0), forward=lambda model, x: model(x)
+    model, x, scales=(1.0, 10.0, 100.0, 1000.0), forward=lambda model, x: model(x), per_position: bool = False
 ) -> tuple[float, float, bool]:
     """The range of values the model's output can take, and whether its rows are always simplexes (sum to 1).
 
@@ -237,7 +316,8 @@ def output_reach(
     are (a tanh or LSTM state stays bounded under any input): a linear output reaches far beyond any target, a
     sigmoid [0, 1], a tanh [-1, 1], a ReLU [0, inf), and a softmax's rows always sum to 1. `forward` calls the
     model on `x` (several inputs: harness/batches.py); inputs without floating-point values (token ids) are not
-    scaled, so there the output layer's parameters alone are.
+    scaled, so there the output layer's parameters alone are. `per_position`: the output is (B, T, V), and a row
+    is one position's V values (a sequence task), not one example's.
     """
     low, high, simplex = math.inf, -math.inf, True
     last = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))][-1:]
@@ -260,7 +340,7 @@ def output_reach(
                 finite = out[torch.isfinite(out)]
                 if finite.numel():
                     low, high = min(low, float(finite.min())), max(high, float(finite.max()))
-                rows = out.reshape(len(out), -1)
+                rows = out.reshape(-1, out.shape[-1]) if per_position else out.reshape(len(out), -1)
                 simplex = simplex and rows.shape[1] > 1 and bool(((rows.sum(dim=1) - 1).abs() < 1e-4).all())
     finally:
         with torch.no_grad():

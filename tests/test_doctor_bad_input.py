@@ -343,7 +343,8 @@ REFUSED = {
             return [(X[i : i + 32], X[i : i + 32, 0]) for i in range(0, 256, 32)]
         """,
         "targets (32,) (torch.float32) and model output (32, 2) make no task the doctor covers: class indices with"
-        " (batch, C) outputs, or targets of the output's shape (one-hot, binary, multi-label, regression)",
+        " (batch, C) outputs, class indices per position (batch, time) with (batch, time, V) outputs, or targets of"
+        " the output's shape (one-hot, binary, multi-label, regression)",
     ),
     "no batch at all": (
         """

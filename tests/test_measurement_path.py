@@ -145,6 +145,7 @@ def test_a_task_handed_to_the_instruments_must_be_one_they_know():
         (torch.tensor([[0.0], [1.0], [1.0]]), torch.zeros(3, 1), Task("binary", 2, math.log(2))),
         (torch.tensor([[1.0, 1.0], [0.0, 1.0]]), torch.zeros(2, 2), Task("multilabel", 2, math.log(2))),
         (torch.tensor([[1.0], [3.0]]), torch.zeros(2, 1), Task("regression", 1, 2.0)),
+        (torch.tensor([[1, 2, -100]]), torch.zeros(1, 3, 5), Task("sequence", 5, math.log(5))),
     ],
 )
 def test_read_task_gives_the_kind_the_size_and_the_uninformed_loss(targets, outputs, expected):

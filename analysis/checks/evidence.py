@@ -18,7 +18,8 @@ from analysis.data_forecast import data_forecast
 from analysis.features import prior_baseline
 from analysis.forecast import MIN_STEPS, finite_losses, forecast
 
-METRIC_NAMES = {"regression": "R²", "multilabel": "per-label accuracy"}  # by task; the others score accuracy
+# By task; the others score accuracy.
+METRIC_NAMES = {"regression": "R²", "multilabel": "per-label accuracy", "sequence": "per-position accuracy"}
 
 
 def score(value, task) -> str:

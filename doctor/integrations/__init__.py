@@ -92,6 +92,10 @@ def _cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return F.cross_entropy(outputs.float(), targets if not targets.is_floating_point() else targets.float())
 
 
+def _cross_entropy_per_position(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs.float().reshape(-1, outputs.shape[-1]), targets.reshape(-1))  # ignores -100
+
+
 def _bce_with_logits(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(outputs.float(), targets.float().reshape(outputs.shape))
 
@@ -108,6 +112,7 @@ IMPLIED_LOSSES: dict[str, tuple[str, Callable]] = {
     "binary": ("binary cross-entropy on the logits", _bce_with_logits),
     "multilabel": ("binary cross-entropy on the logits", _bce_with_logits),
     "regression": ("mean squared error", _mse),
+    "sequence": ("cross-entropy on the logits of each position", _cross_entropy_per_position),
 }
 
 

@@ -32,9 +32,10 @@ class KeptExamples(Collector):
         """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
 
         A small training set comes round again every epoch: each example counts once. Targets are class indices;
-        None if none was kept or the task has no classes (multi-label, regression: no reference fit).
+        None if none was kept or the task has no class per example (multi-label, regression, sequence: no
+        reference fit).
         """
-        if not self.kept:
+        if not self.kept or self.loop.task == "sequence":  # a label per position: no example's label to fit
             return None
         try:
             x = torch.cat([x for x, _ in self.kept])

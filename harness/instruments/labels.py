@@ -3,8 +3,10 @@
 Overall: how imbalanced the classes are (label_imbalance) and the score of always answering the majority
 (majority_share: the accuracy a model that learned nothing gets). Batch by batch: whether each batch mixes the
 classes as a shuffled batch would (batch_label_mix), which data sorted by class and fed in order does not.
-The targets are counted as the task reads them (class indices, one-hot rows, multi-label rows), so the counting
-waits for the task the first training forward shows (harness/instruments/outputs.py).
+The targets are counted as the task reads them (class indices, one-hot rows, multi-label rows, a sequence's
+positions), so the counting waits for the task the first training forward shows (harness/instruments/outputs.py).
+A sequence's class mix is that of its positions (those the loss ignores left out); its batch mix is not measured,
+as a batch's positions are no independent draws of a label that random batches could be compared with.
 """
 
 import math
@@ -16,7 +18,7 @@ import torch
 from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import entropy
-from harness.targets import class_labels, in_classes
+from harness.targets import INDEX_TASKS, class_labels, in_classes
 
 BATCH_DRAWS = 256  # random batches the label mix is compared with
 
@@ -96,7 +98,7 @@ class Labels(Collector):
         if labels is None or not len(labels):
             return
         sizes = [len(t) for t in pending]
-        valid = in_classes(labels, self.loop.classes if task == "multiclass" else None)
+        valid = in_classes(labels, self.loop.classes if task in INDEX_TASKS else None)
         if not bool(valid.all()):
             labels, sizes = _left_in(labels, sizes, valid)
         if labels.numel() and sum(sizes) == len(labels):

@@ -20,7 +20,7 @@ from torch import nn
 from harness.batches import tensors
 from harness.column import F64, I64, Column, list_of
 from harness.instruments.signals import plain_forward
-from harness.targets import Scorer, class_labels, in_classes, task_of
+from harness.targets import INDEX_TASKS, Scorer, class_labels, in_classes, task_of
 
 # The capacity fit: enough examples that a model narrower than the problem needs cannot fit them all, few enough
 # steps to cost under a second for the grid's MLPs. Measured on digits (seeds 0-2): the grid's MLP fits all 1024
@@ -117,6 +117,13 @@ def constant_score(targets: torch.Tensor, task: str, n_classes: int | None = Non
     return float(torch.bincount(labels).max()) / len(labels) if len(labels) else math.nan
 
 
+def _score_rows(targets: torch.Tensor, task: str | None) -> torch.Tensor:
+    """One batch's targets laid out for `constant_score`: rows of labels, a sequence's positions, else as they are."""
+    if task in ("multilabel", "onehot"):
+        return targets.reshape(len(targets), -1)
+    return targets.reshape(-1) if task == "sequence" else targets
+
+
 def fit_capacity(
     model_factory: Callable[[], nn.Module],
     batches: list[tuple],
@@ -159,13 +166,14 @@ def fit_capacity(
                 outputs = forward(model, x)
                 if scorer is None:
                     task = task_of(y, outputs)
-                    classes = outputs.shape[1] if task == "multiclass" else None
+                    classes = outputs.shape[-1] if task in INDEX_TASKS else None
                     scorer = Scorer(task)
                 scorer.add(outputs, y)
         score = scorer.value()
         if math.isfinite(score) and score > best:
             best, best_rate = score, rate
-    targets = torch.cat([y.reshape(len(y), -1) if task in ("multilabel", "onehot") else y for _, y in batches])
+    # A sequence's targets are counted per position (sequences of any length), the others per example.
+    targets = torch.cat([_score_rows(y, task) for _, y in batches])
     return {
         "capacity_score": best if math.isfinite(best) else math.nan,
         "capacity_baseline": constant_score(targets, task, classes),

@@ -27,18 +27,24 @@ from harness.targets import (
     in_classes,
     output_reach,
     output_spread,
+    positions,
     task_of,
     unreachable_share,
 )
 
 SHAPED_TASKS = ("onehot", "binary", "multilabel", "regression")  # targets shaped like the output, not class indices
+# A sequence's census rows are its positions: at most this many are read (evenly spaced), so that a large
+# vocabulary's softmax over every position of a long batch does not double the step's memory.
+CENSUS_POSITIONS = 4096
 
 
 class Outputs(Collector):
     """The task and the loss, the census steps' output readings, and the output checks on the probe."""
 
     COLUMNS = (
-        Column("task", STR, "multiclass, onehot, binary, multilabel or regression, read from targets and output"),
+        Column(
+            "task", STR, "multiclass, onehot, binary, multilabel, regression or sequence, read from targets and output"
+        ),
         Column(
             "output_layer",
             STR,
@@ -124,19 +130,26 @@ class Outputs(Collector):
             return
         if not self._loss_read and loop.last_targets is not None:
             self._read_task(output, loop.last_targets)
+        labels = loop.last_targets
+        if loop.task == "sequence" and torch.is_tensor(output) and output.dim() == 3 and torch.is_tensor(labels):
+            output, labels = positions(output, labels)  # each position is a row (harness/targets.py)
+            every = -(-len(output) // CENSUS_POSITIONS)
+            output, labels = output[::every], labels[::every]
         if torch.is_tensor(output) and output.dim() == 2 and output.shape[1] > 1:
             # Rows of probabilities (in [0, 1], summing to 1) handed to a loss: a softmax already applied. That is
             # a double softmax only for a loss that applies a softmax of its own (not MSE on a Keras-style output).
             out = output.detach().float()
             rows = (out.amin(dim=1) >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
             self.output_prob.append(float(rows.float().mean()) if loop.loss_kind in SOFTMAX_LOSSES else 0.0)
-            self._disagreement(out if bool(rows.all()) else out.softmax(dim=1))
+            self._disagreement(out if bool(rows.all()) else out.softmax(dim=1), labels)
 
     def _read_task(self, output, targets) -> None:
         """The loss, and the task unless it was read already, from the first training forward and its batch."""
         self._loss_read = True
         if torch.is_tensor(output) and output.dim() == 2 and not targets.is_floating_point():
             self.loop.classes = output.shape[1]  # class indices outside the output's width are not classes
+        elif torch.is_tensor(output) and output.dim() == 3 and targets.dim() == 2 and not targets.is_floating_point():
+            self.loop.classes = output.shape[2]  # a sequence's: a class index per position
         if self.loop.task is None:  # the grid's cells; the doctor reads it at its first batch (Instruments.task_read)
             try:
                 self.loop.task = task_of(targets, output)
@@ -145,14 +158,15 @@ class Outputs(Collector):
                 return
         self.loop.loss_kind = identify_loss(self.loop.loss_fn, output.detach(), targets.to(output.device))
 
-    def _disagreement(self, probabilities: torch.Tensor) -> None:
-        """Share of this batch's examples whose label the model contradicts: another class first, the label p < 0.1.
+    def _disagreement(self, probabilities: torch.Tensor, targets) -> None:
+        """Share of this batch's rows whose label the model contradicts: another class first, the label p < 0.1.
 
         A model that has learned the rule but is fed some wrong labels still ranks the true class first and gives
-        the wrong label almost nothing; a model that is merely unsure spreads its probability instead.
+        the wrong label almost nothing; a model that is merely unsure spreads its probability instead. A row is an
+        example, or a position of a sequence (`targets` then holds the positions' labels, flattened).
         """
-        task, targets = self.loop.task, self.loop.last_targets
-        if task not in ("multiclass", "onehot") or not torch.is_tensor(targets):
+        task = self.loop.task
+        if task not in ("multiclass", "onehot", "sequence") or not torch.is_tensor(targets):
             return
         labels = class_labels(targets, task)
         if labels.shape[0] != probabilities.shape[0]:
@@ -188,7 +202,7 @@ class Outputs(Collector):
                 checks["output_spread"] = output_spread(out)
             reach = None
             if out is not None and (task in SHAPED_TASKS or loss_kind in SOFTMAX_LOSSES):
-                reach = output_reach(model, probe, forward=loop.layout.forward)
+                reach = output_reach(model, probe, forward=loop.layout.forward, per_position=task == "sequence")
         finite = torch.is_tensor(out) and bool(torch.isfinite(out).all())
         if reach is not None and loss_kind in SOFTMAX_LOSSES and not reach[2] and finite:
             # How far apart the values a softmax loss exponentiates can get: a linear output layer reaches any
