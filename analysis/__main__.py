@@ -5,7 +5,7 @@ python -m analysis report [runs/default]   score every method, write reports/rep
 python -m analysis zoo [runs/zoo]          false alarms and every fault size, leave-one-problem-out
 python -m analysis early [runs/default]    the rules on the same runs cut to 50..600 steps
 python -m analysis pairs [runs/pairs]      two faults at once: both, one or neither named
-python -m analysis families [runs/families]  the rules on a CNN and a GRU
+python -m analysis families [runs/families]  the rules on a CNN, a GRU and a transformer encoder
 python -m analysis devices [runs/devices]  the device study, its crossover table last
 python -m analysis forecast [runs/zoo]     the training-loss forecast scored against runs' own continuations
 python -m analysis data-curve [runs/zoo]   would more data help: the data gain by run, overfitting checks compared

@@ -1,8 +1,8 @@
 """Other model families: the rules fitted on the MLP, scored on other families without refitting, then with.
 
-Reads the records of `make families` (a small CNN on digits, a GRU on a generated sequence task; every fault,
-5 seeds). `rules` uses the thresholds fitted on the MLP's runs on digits and the zoo problems
-(`analysis/thresholds.json`): the families were never seen while fitting, so these scores are held out.
+Reads the records of `make families` (a small CNN on digits, a GRU and a transformer encoder on a generated
+sequence task; every fault, 5 seeds). `rules` uses the thresholds fitted on the MLP's runs on digits and the zoo
+problems (`analysis/thresholds.json`): the families were never seen while fitting, so these scores are held out.
 `rules-refit` refits the thresholds on the family's own records, leaving out the seed it scores
 (leave-one-seed-out), to show what carrying the rules over costs; a rule whose fault the family's records lack
 keeps the committed threshold. Fault cells whose fault did no measurable harm against their healthy twin are

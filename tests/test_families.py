@@ -60,7 +60,7 @@ def inputs(n: int = 64, n_inputs: int = N_INPUTS) -> torch.Tensor:
 
 
 def test_there_are_several_families():
-    assert {"mlp", "cnn", "gru"} <= set(MODELS)
+    assert {"mlp", "cnn", "gru", "transformer"} <= set(MODELS)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -209,9 +209,10 @@ def test_gru_reads_the_row_as_a_sequence_of_steps(n_inputs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "dataset"), [("cnn", "digits"), ("gru", "sequence")])
+@pytest.mark.parametrize(("model", "dataset"), [("cnn", "digits"), ("gru", "sequence"), ("transformer", "sequence")])
 def test_new_family_learns_its_dataset_with_the_healthy_recipe(model, dataset):
-    # Half the healthy run (300 of 600 steps) already clears 0.9; the full run reaches about 0.97 (cnn) and 1.0.
+    # Half the healthy run (300 of 600 steps) already clears 0.9; the full run reaches about 0.97 (cnn) and 1.0
+    # (gru; the transformer 1.0 from step 150 in seed 0's healthy cell).
     cfg = make_config(f"model={model}", f"dataset={dataset}")
     data = load_splits(cfg.dataset, cfg.data, cfg.seed)
     net = build(model, f"dataset={dataset}", n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
@@ -225,6 +226,90 @@ def test_new_family_learns_its_dataset_with_the_healthy_recipe(model, dataset):
     with torch.no_grad():
         accuracy = (net.eval()(data.x_val).argmax(dim=1) == data.y_val).float().mean().item()
     assert accuracy > 0.9
+
+
+@pytest.mark.parametrize("n_inputs", [1, 18])
+def test_transformer_reads_the_row_as_a_sequence_of_steps(n_inputs):
+    net = build("transformer", n_inputs=n_inputs).eval()
+    x = inputs(4, n_inputs)
+    assert net(x).shape == (4, N_CLASSES)
+    assert net.position.shape == (n_inputs, make_config("model=transformer").model.size), "one position per step"
+    if n_inputs > 1:
+        # Attention and the mean over the steps ignore the order; the position embedding is what makes it matter.
+        assert not torch.allclose(net(x), net(x.flip(1))), "the order of the steps must matter"
+
+
+def test_transformer_sizes_reach_the_encoder():
+    net = build("transformer", "model.size=12", "model.layers=3", "model.heads=3")
+    layers = [m for m in net.modules() if isinstance(m, nn.TransformerEncoderLayer)]
+    assert len(layers) == 3 and all(layer.self_attn.num_heads == 3 for layer in layers)
+    assert all(layer.norm_first and layer.self_attn.batch_first for layer in layers), "pre-LN, (N, T, size) inputs"
+    assert head(net).net[0].in_features == 12
+    assert net(inputs(2)).shape == (2, N_CLASSES)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"), [("model.heads=3", "multiple of heads=3"), ("model.layers=0", "at least one")]
+)
+def test_transformer_refuses_sizes_it_cannot_build(override, message):
+    with pytest.raises(InstantiationException, match=message):
+        build("transformer", override)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_transformer_leaves_modes_and_activations_to_the_head(dropout):
+    # The mode instruments count Dropout modules as layers that act differently in eval mode, and the activation
+    # instruments read activation modules: in the transformer both must be the head's knobs alone, as in the MLP.
+    net = build("transformer", f"model.dropout={dropout}", "model.activation=tanh")
+    in_head = {id(m) for m in head(net).modules()}
+    kinds = (nn.Dropout, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU)
+    assert all(id(m) in in_head for m in net.modules() if isinstance(m, kinds))
+    assert sum(isinstance(m, nn.Dropout) for m in net.modules()) == (2 if dropout else 0)
+    if not dropout:
+        x = inputs(16)
+        # Eval mode without gradients takes PyTorch's fused encoder path: equal up to float rounding.
+        with torch.no_grad():
+            assert torch.allclose(net.train()(x), net.eval()(x), atol=1e-5), "no mode may change the encoder"
+
+
+# The fault files (every size) that set model knobs: each must mean the same on the transformer's head.
+MODEL_FAULTS = [
+    p.relative_to(CONF / "fault").with_suffix("").as_posix()
+    for p in sorted((CONF / "fault").rglob("*.yaml"))
+    if "model" in OmegaConf.load(p)
+]
+
+
+@pytest.mark.parametrize("fault", MODEL_FAULTS)
+def test_every_model_fault_composes_with_the_transformer_and_builds(fault):
+    cfg = make_config("model=transformer", f"fault={fault}").model
+    planted = OmegaConf.to_container(OmegaConf.load(CONF / "fault" / f"{fault}.yaml").model)
+    assert {key: cfg[key] for key in planted} == planted, "the fault file's knobs reach the composed model"
+    family = make_config("model=transformer").model
+    assert (cfg.size, cfg.layers, cfg.heads) == (family.size, family.layers, family.heads)
+    net = build("transformer", f"fault={fault}", n_inputs=18)  # the sequence task's 18 steps
+    assert head(net).output == cfg.output
+    out = net(inputs(8, 18))
+    assert out.shape == (8, N_CLASSES) and torch.isfinite(out).all()
+
+
+def test_transformer_healthy_recipe_starts_learning_the_sequence_task():
+    # The first 100 steps of the healthy cell's recipe on the counting task: the loss must fall well below chance
+    # (ln 10 = 2.30); seed 0's healthy cell reached validation accuracy 0.82 by then.
+    cfg = make_config("model=transformer", "dataset=sequence")
+    data = load_splits(cfg.dataset, cfg.data, cfg.seed)
+    net = build("transformer", "dataset=sequence", n_inputs=data.x_train.shape[1], n_classes=data.n_classes)
+    optimizer = instantiate(cfg.optimizer)(net.parameters())
+    batches = training_batches(data.x_train, data.y_train, cfg.data.batch_size, cfg.seed)
+    losses = []
+    for _, (x, y) in zip(range(100), batches, strict=False):
+        loss = nn.functional.cross_entropy(net(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert np.mean(losses[:5]) > 0.8 * math.log(N_CLASSES), "the model starts at chance"
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5])
 
 
 def test_sequence_dataset_is_the_same_for_a_fixed_random_state():
