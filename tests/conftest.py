@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +52,8 @@ def one_thread():
 
     Tiny models run fastest on one thread, and on a busy machine a second thread only slows them down.
     """
+    import torch  # here, not at the top: test_startup.py's sweep imports this module and must not load torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
