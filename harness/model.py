@@ -223,10 +223,6 @@ class TransformerClassifier(nn.Module):
             layer = nn.TransformerEncoderLayer(
                 size, heads, dim_feedforward=2 * size, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
             )
-            # dropout=0 still leaves three nn.Dropout modules in each layer, and a Dropout module tells the mode
-            # instruments (harness/instruments/modes.py) that the model acts differently in eval mode: the
-            # encoder must not, so the only dropout is the head's knob. Identity is what Dropout(0) computes.
-            layer.dropout, layer.dropout1, layer.dropout2 = nn.Identity(), nn.Identity(), nn.Identity()
             stack.append(layer)
         self.encoder = nn.Sequential(*stack)
         # At initialization the steps' mean is on a smaller scale than standardized features (RMS 0.49 to 0.67

@@ -20,6 +20,7 @@ from torch import nn
 from harness import checks
 from harness.data import load_splits, training_batches
 from harness.instruments import dead_units
+from harness.instruments.modes import acts_by_mode
 from harness.model import MLP, WEIGHT_INITS, SmallCNN, build_model
 from harness.sequences import make_counting
 
@@ -258,13 +259,14 @@ def test_transformer_refuses_sizes_it_cannot_build(override, message):
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_transformer_leaves_modes_and_activations_to_the_head(dropout):
-    # The mode instruments count Dropout modules as layers that act differently in eval mode, and the activation
-    # instruments read activation modules: in the transformer both must be the head's knobs alone, as in the MLP.
+    # The mode instruments read the layers that act differently in eval mode (a dropout that drops, BatchNorm),
+    # and the activation instruments read activation modules: in the transformer both must be the head's knobs
+    # alone, as in the MLP. (The encoder's layers keep Dropout(0) modules, which act the same in both modes.)
     net = build("transformer", f"model.dropout={dropout}", "model.activation=tanh")
     in_head = {id(m) for m in head(net).modules()}
-    kinds = (nn.Dropout, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU)
-    assert all(id(m) in in_head for m in net.modules() if isinstance(m, kinds))
-    assert sum(isinstance(m, nn.Dropout) for m in net.modules()) == (2 if dropout else 0)
+    activations = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU)
+    assert all(id(m) in in_head for m in net.modules() if acts_by_mode(m) or isinstance(m, activations))
+    assert sum(acts_by_mode(m) for m in net.modules()) == (2 if dropout else 0)
     if not dropout:
         x = inputs(16)
         # Eval mode without gradients takes PyTorch's fused encoder path: equal up to float rounding.

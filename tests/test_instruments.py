@@ -500,6 +500,28 @@ def test_mode_and_output_checks_see_only_the_model_and_its_forwards():
     assert m["input_rms"] == pytest.approx(float(batch[0].pow(2).mean().sqrt()))
 
 
+@pytest.mark.parametrize(
+    ("layer", "acts"),
+    [
+        (nn.Dropout(0.0), False),  # returns its input in both modes: a transformer built with dropout 0 keeps these
+        (nn.Dropout(0.1), True),
+        (nn.Dropout1d(0.5), True),  # every dropout kind, not nn.Dropout alone
+        (nn.AlphaDropout(0.2), True),
+        (nn.BatchNorm1d(8), True),
+        (nn.LayerNorm(8), False),
+    ],
+)
+def test_mode_check_hooks_only_models_whose_layers_act_by_mode(layer, acts):
+    model = nn.Sequential(nn.Linear(4, 8), layer, nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
+    batch = (torch.randn(16, 4), torch.randint(0, 3, (16,)))
+    model.eval()  # every training forward in eval mode: the fault where the mode matters
+    for x, y in instruments.watch([batch] * 2):
+        one_step(model, instruments, x, y)
+    assert instruments.finish()["train_in_eval_share"] == (1.0 if acts else 0.0)
+
+
 def test_confident_disagreement_counts_the_labels_the_model_contradicts():
     model = nn.Linear(2, 3)
     with torch.no_grad():

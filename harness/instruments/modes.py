@@ -3,7 +3,8 @@
 Dropout and BatchNorm act differently in the two modes: training in eval mode trains without dropout and on
 frozen BatchNorm statistics; evaluating in train mode scores a noisy model and moves BatchNorm's statistics. A
 forward with gradients enabled is a training forward, one without an evaluation forward. A model with neither
-kind of layer is not hooked at all: there the mode changes nothing.
+kind of layer is not hooked at all: there the mode changes nothing. A dropout layer whose probability is 0 is not
+such a layer: it returns its input in both modes (transformers built with dropout 0 keep their Dropout modules).
 """
 
 import torch
@@ -12,7 +13,16 @@ from torch import nn
 from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 
-MODE_DEPENDENT = (nn.Dropout, nn.modules.batchnorm._BatchNorm)  # layers that act differently in eval mode
+
+def acts_by_mode(module: nn.Module) -> bool:
+    """Whether the module computes something else in eval mode than in training mode.
+
+    Every dropout kind (Dropout, Dropout1d/2d/3d, AlphaDropout, ...) that drops anything, and BatchNorm (batch
+    statistics in training, running ones in eval).
+    """
+    if isinstance(module, nn.modules.dropout._DropoutNd):
+        return module.p > 0
+    return isinstance(module, nn.modules.batchnorm._BatchNorm)
 
 
 class Modes(Collector):
@@ -35,7 +45,7 @@ class Modes(Collector):
 
     def __init__(self, loop: Loop):
         self.loop = loop
-        self.has_modes = any(isinstance(m, MODE_DEPENDENT) for m in loop.model.modules())
+        self.has_modes = any(acts_by_mode(m) for m in loop.model.modules())
         self.forwards = {"train": 0, "train_in_eval": 0, "eval": 0, "eval_in_train": 0}
         # Hooks cost their call on every step of a loop whose step may take a millisecond: only where the mode
         # changes something.
