@@ -30,6 +30,9 @@ one plain mapping with the keys of a grid record; analysis.features turns it int
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py; the watch that finds it
 is one of the instruments, harness/instruments/nonfinite.py). Nothing here knows what fault, if any, is planted.
+Under torch.distributed (DDP under torchrun) each rank runs the same lines with its own Doctor and calls report()
+too: each rank measures its own loop with no collective, and the report gathers every rank's evidence once and
+puts the findings across ranks first (doctor/distributed.py).
 
 Batches of any shape (harness/batches.py): (inputs, targets) pairs, longer tuples, dicts such as Hugging Face's
 {"input_ids": ..., "labels": ...}, objects with attributes, several inputs to the model, a model returning an
@@ -888,7 +891,8 @@ class Report:
     pay for (analysis/rules.py). `note` says which rules were not judged, and why (on a run whose loss went NaN
     or inf). `places`, set when the run came from a recipe file (doctor/recipe.py), gives per verdict the
     recipe's lines its next step is about. `stopped` says why the run ended before its loop did (a step or time
-    budget, Ctrl-C). A report is a value: `diagnose` builds it, nothing changes it.
+    budget, Ctrl-C). `ranks`, under torch.distributed, holds the checks across ranks (doctor/distributed.py), whose
+    failing findings lead `findings`. A report is a value: `diagnose` builds it, nothing changes it.
     """
 
     findings: tuple[Finding, ...]

@@ -23,12 +23,14 @@ the rules were fitted):
   tolerance only leaves room for two devices summing the same values in another order). The first one is named.
 - `gradients_summed`: the gradient the optimizer stepped on was longer than the mean over ranks of each rank's
   own gradient norm, at the median of the steps compared, by more than `SUM_TOLERANCE`. The mean of the ranks'
-  gradients is never longer than the mean of their lengths (the triangle inequality; with accumulation each
-  rank's length is bounded by the sum of its backward passes' lengths, which is what is measured), so an
-  averaged gradient is at most 1x; a sum of W gradients pointing roughly the same way is up to Wx (sqrt(W)x for
-  unrelated ones): the rate acts W times larger than the one set. Clipping between the reduction and the step
-  can only shorten the stepped gradient, so it hides a sum rather than invent one; a loop that adds to `.grad`
-  itself (weight decay by hand) lengthens it.
+  gradients is never longer than the mean of their lengths (the triangle inequality; what is measured of each
+  rank bounds its length: the sum of its backward passes' lengths under accumulation, plus the length of what
+  `.grad` held before them in a loop that does not zero it), so an averaged gradient is at most 1x; a sum of W
+  gradients pointing roughly the same way is up to Wx (sqrt(W)x for unrelated ones): under SGD the rate acts up
+  to W times the one set (an optimizer that divides by the gradient's size, as Adam does, undoes most of it).
+  Clipping between the reduction and the step can only shorten the stepped gradient, so it hides a sum rather
+  than invent one; a loop that adds to `.grad` after backward (weight decay by hand) lengthens it. A GradScaler's
+  scale is divided out of the local norms, as the optimizer steps on unscaled gradients.
 
 A process group destroyed before the report (or a run whose Doctor was built outside one) is judged on this
 rank's own evidence: only `set_epoch_not_called` can be, and the report says the others were not.

@@ -21,8 +21,9 @@ Three readings, each what one distributed fault leaves behind:
   BatchNorm's running statistics are each rank's own between its forward and the next broadcast).
 - **Local and reduced gradient norms** at the sampled steps: each backward pass's gradient norm as autograd
   hands it to the parameters (tensor hooks, before it is accumulated into `.grad` and before DDP's reducer or
-  anything else touches it: this rank's own gradient), summed over the step's backward passes; and the norm of
-  the gradient the optimizer steps on (a step pre-hook: after DDP's averaging, or the loop's own all_reduce).
+  anything else touches it: this rank's own gradient), summed over the step's backward passes, plus the norm of
+  what `.grad` held before the first of them (nothing once zeroed); and the norm of the gradient the optimizer
+  steps on (a step pre-hook: after DDP's averaging, or the loop's own all_reduce).
   Averaged gradients can never be longer than the mean of the local bounds (the triangle inequality); summed
   ones can (doctor/distributed.py says how it is judged). Under a GradScaler the local norms are divided by its
   scale, as the optimizer's are unscaled.
@@ -62,11 +63,19 @@ def fingerprint(tensor: torch.Tensor) -> torch.Tensor:
     flat = tensor.detach().reshape(-1)
     if not flat.numel():
         return torch.zeros((), device=tensor.device)
-    stride = max(1, flat.numel() // SAMPLED)
-    values = flat[::stride][:SAMPLED]
-    dtype = torch.float32 if tensor.device.type == "mps" else torch.float64
-    weights = torch.arange(1, len(values) + 1, device=tensor.device, dtype=dtype)
-    return (values.to(dtype) * weights).sum()
+    values = flat[:: max(1, flat.numel() // SAMPLED)][:SAMPLED]
+    weights = _weights(tensor.device, len(values))
+    return torch.dot(values.to(weights.dtype), weights)
+
+
+_WEIGHTS: dict[tuple[torch.device, int], torch.Tensor] = {}  # 1, 2, ..., n on a device, made once (every step reads)
+
+
+def _weights(device: torch.device, n: int) -> torch.Tensor:
+    if (device, n) not in _WEIGHTS:
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        _WEIGHTS[device, n] = torch.arange(1, n + 1, device=device, dtype=dtype)
+    return _WEIGHTS[device, n]
 
 
 def _checksums(named: list[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
@@ -161,8 +170,8 @@ class RankWatch:
 
     # ----- the replicas ---------------------------------------------------------------------------------------
     def _before_forward(self, module, args) -> None:
-        if not (self._checksum_due and torch.is_grad_enabled() and module.training):
-            return  # not the loop's first training forward of a sampled step (the doctor's own looks run no grad)
+        if not (self._checksum_due and torch.is_grad_enabled()):
+            return  # not the loop's first forward of a sampled step (the doctor's own looks run without gradients)
         self._checksum_due = False
         named = [*self.model.named_parameters(), *self.model.named_buffers()]
         with torch.no_grad():
@@ -181,6 +190,7 @@ class RankWatch:
         device = params[0].device
         dtype = torch.float32 if device.type == "mps" else torch.float64
         self._local = torch.zeros((), device=device, dtype=dtype)
+        self._carried = None  # the norm of what .grad held before the step's first backward (read at its first hook)
         self._grad_hooks = [p.register_hook(self._local_gradient) for p in params]
 
     def _local_gradient(self, grad: torch.Tensor) -> None:
@@ -188,13 +198,21 @@ class RankWatch:
         if self._backward_sq is None:
             # The first parameter of a backward pass: its norm is taken once the pass has ended.
             self._backward_sq = torch.zeros_like(self._local)
+            if self._carried is None:
+                # The step's first backward: what .grad holds before it (nothing once zeroed; every earlier step's
+                # gradients in a loop that never zeroes them) is part of what the optimizer will step on. No
+                # parameter's .grad has been added to yet: this is the first hook of the pass.
+                held = [p.grad for p in self.model.parameters() if p.grad is not None]
+                norms = [n.to(self._local) for n in torch_private.norms(held)]
+                self._carried = torch.stack(norms).norm() if norms else torch.zeros_like(self._local)
             if not torch_private.queue_after_backward(self._backward_done):
                 self._local = torch.full_like(self._local, math.nan)  # no end-of-backward: no honest bound
         self._backward_sq += grad.detach().to(self._backward_sq.dtype).pow(2).sum().to(self._backward_sq.device)
 
     def _backward_done(self) -> None:
         """The backward pass has ended: its gradient's norm (unscaled) is added to the step's local bound."""
-        norm = self._backward_sq.sqrt()
+        norm = self._backward_sq.sqrt() + self._carried
+        self._carried = torch.zeros_like(self._carried)  # counted once, with the step's first backward
         scale = torch_private.grad_scaler_scale(self.scaler) if self.scaler is not None else None
         if self.scaler is not None:
             norm = norm / (scale.to(norm) if scale is not None else float(self.scaler.get_scale()))
