@@ -35,6 +35,7 @@ pay for none of them.
 import math
 from collections.abc import Iterable
 
+import numpy
 import torch
 from torch import nn
 
@@ -54,20 +55,28 @@ def sampled(step: int) -> bool:
     return step & (step - 1) == 0 or step % 100 == 0
 
 
-def fingerprint(tensor: torch.Tensor) -> torch.Tensor:
-    """A 0-d tensor, on the tensor's device: a position-weighted sum of up to SAMPLED of its values.
+def fingerprint(tensor: torch.Tensor) -> "float | torch.Tensor":
+    """A position-weighted sum of up to SAMPLED of the tensor's values, spread evenly over it when flattened.
 
-    The values are spread evenly over the flattened tensor (every example of a batch contributes when it has at
-    least SAMPLED values); float64 where the device has it, so that equal values give an equal sum exactly.
+    Every example of a batch contributes when the batch has at least SAMPLED values. In float64 (float32 on MPS),
+    so that equal values give an equal sum exactly. A CPU tensor's is a float, read with numpy (a few microseconds:
+    it runs on every step); an accelerator's a 0-d tensor on its device, read back only at the report.
     """
+    if tensor.device.type == "cpu" and tensor.dtype in NUMPY_READS:
+        flat = tensor.detach().numpy().reshape(-1)
+        values = flat[:: max(1, flat.size // SAMPLED)][:SAMPLED]
+        return float(numpy.dot(values, _WEIGHTS_NUMPY[: len(values)]))
     flat = tensor.detach().reshape(-1)
-    if not flat.numel():
-        return torch.zeros((), device=tensor.device)
     values = flat[:: max(1, flat.numel() // SAMPLED)][:SAMPLED]
+    if not values.numel():
+        return 0.0
     weights = _weights(tensor.device, len(values))
     return torch.dot(values.to(weights.dtype), weights)
 
 
+NUMPY_READS = {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8}
+NUMPY_READS |= {torch.uint8, torch.bool}
+_WEIGHTS_NUMPY = numpy.arange(1, SAMPLED + 1, dtype=numpy.float64)
 _WEIGHTS: dict[tuple[torch.device, int], torch.Tensor] = {}  # 1, 2, ..., n on a device, made once (every step reads)
 
 
@@ -141,13 +150,10 @@ class RankWatch:
         self._checksum_due = True  # the next training forward starts a sampled step
         self._local: torch.Tensor | None = None  # this step's sum of per-backward local gradient norms
         self._backward_sq: torch.Tensor | None = None  # the backward pass under way's sum of squares
-        self._grad_hooks: list = []
-        self._hooks = [
-            model.register_forward_pre_hook(self._before_forward),
-            optimizer.register_step_pre_hook(self._before_step),
-            optimizer.register_step_post_hook(self._after_step),
-        ]
-        self._arm_gradients()  # step 0 is sampled
+        self._armed: list = []  # the hooks of a sampled step, taken off after its optimizer step
+        # The one hook on every step: it counts the steps and arms the sampled ones' hooks.
+        self._counting = optimizer.register_step_post_hook(self._after_step)
+        self._arm()  # step 0 is sampled
 
     # ----- the batches ----------------------------------------------------------------------------------------
     def new_pass(self, batches: Iterable | None) -> None:
@@ -165,8 +171,7 @@ class RankWatch:
         if self.passes_begun > PASSES or len(prints) >= PER_PASS:
             return
         first = tensors(inputs)
-        x = fingerprint(first[0]) if first else torch.zeros(())
-        prints.append((x, fingerprint(targets)))
+        prints.append((fingerprint(first[0]) if first else 0.0, fingerprint(targets)))
 
     # ----- the replicas ---------------------------------------------------------------------------------------
     def _before_forward(self, module, args) -> None:
@@ -182,8 +187,14 @@ class RankWatch:
             )
 
     # ----- the gradients --------------------------------------------------------------------------------------
-    def _arm_gradients(self) -> None:
-        """Hooks on every trained parameter for the backward passes of the step under way (a sampled one)."""
+    def _arm(self) -> None:
+        """The hooks of a sampled step: the checksums before its first forward, the gradients' norms around it.
+
+        A forward pre-hook on the model, a tensor hook on every trained parameter and a step pre-hook on the
+        optimizer, for this step only: the steps between sampled ones run none of them.
+        """
+        self._checksum_due = True
+        self._armed = [self.model.register_forward_pre_hook(self._before_forward)]
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             return
@@ -191,7 +202,8 @@ class RankWatch:
         dtype = torch.float32 if device.type == "mps" else torch.float64
         self._local = torch.zeros((), device=device, dtype=dtype)
         self._carried = None  # the norm of what .grad held before the step's first backward (read at its first hook)
-        self._grad_hooks = [p.register_hook(self._local_gradient) for p in params]
+        self._armed += [p.register_hook(self._local_gradient) for p in params]
+        self._armed.append(self.optimizer.register_step_pre_hook(self._before_step))
 
     def _local_gradient(self, grad: torch.Tensor) -> None:
         """A tensor hook: one parameter's share of this backward pass's own gradient (before it reaches .grad)."""
@@ -220,11 +232,7 @@ class RankWatch:
         self._backward_sq = None
 
     def _before_step(self, optimizer, args, kwargs) -> None:
-        if not self._grad_hooks:
-            return
-        for hook in self._grad_hooks:
-            hook.remove()
-        self._grad_hooks = []
+        """A sampled step's optimizer step begins: the norm of the gradient it steps on, beside the local bound."""
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         with torch.no_grad():
             reduced = torch.stack([n.to(self._local) for n in torch_private.norms(grads)]).norm() if grads else None
@@ -232,10 +240,12 @@ class RankWatch:
             self.gradients[self.updates] = (self._local, reduced)
 
     def _after_step(self, optimizer, args, kwargs) -> None:
+        for hook in self._armed:
+            hook.remove()
+        self._armed = []
         self.updates += 1
         if sampled(self.updates):
-            self._checksum_due = True
-            self._arm_gradients()
+            self._arm()
 
     # ----- at the report --------------------------------------------------------------------------------------
     def evidence(self) -> dict:
@@ -245,12 +255,10 @@ class RankWatch:
         per tensor [sum, sum of magnitudes, sample sum] (tensors named in `names`); `gradients`: step -> [local
         bound, reduced norm]; `steps`: the optimizer steps taken.
         """
-        passes = []
-        for seen in self.passes:
-            prints = (
-                torch.stack([torch.stack([x.cpu(), y.cpu()]) for x, y in seen["prints"]]) if seen["prints"] else None
-            )
-            passes.append({"sampler": seen["sampler"], "prints": [] if prints is None else prints.double().tolist()})
+        passes = [
+            {"sampler": seen["sampler"], "prints": [[float(x), float(y)] for x, y in seen["prints"]]}
+            for seen in self.passes
+        ]
         return {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -266,6 +274,6 @@ class RankWatch:
         }
 
     def close(self) -> None:
-        for hook in [*self._hooks, *self._grad_hooks]:
+        for hook in [self._counting, *self._armed]:
             hook.remove()
-        self._hooks, self._grad_hooks = [], []
+        self._armed = []
