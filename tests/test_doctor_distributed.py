@@ -214,3 +214,34 @@ def test_a_report_judges_the_findings_across_ranks_first(tmp_path):
     assert "healthy" not in [f.verdict for f in report.findings]  # the fact is the verdict; no healthy beside it
     jsonschema.validate(json.loads(json.dumps(report.to_dict())), SCHEMA)
     assert "across the 2 ranks (this is rank 1; every rank's evidence, gathered at the report):" in str(report)
+
+
+def test_under_a_grad_scaler_the_local_norms_are_read_unscaled():
+    """One rank, one backward per step, .grad zeroed: its own gradient is the one stepped on, 1x, not 1/65536x."""
+    torch.manual_seed(0)
+    net = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    watch = RankWatch(net, optimizer, rank=0, world_size=2, scaler=scaler)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    for _ in range(3):
+        optimizer.zero_grad()
+        scaler.scale(nn.functional.cross_entropy(net(x), y)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    gradients = watch.evidence()["gradients"]
+    watch.close()
+    assert len(gradients) == 3
+    for local, reduced in gradients.values():
+        assert reduced / local == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_report_with_a_finding_across_ranks_draws_its_picture(tmp_path):
+    from report_runs import _probe
+
+    healthy = _probe(lambda p: torch.optim.Adam(p, lr=1e-2), steps=60)
+    evidence = [_evidence(r, [], gradients={"0": [1.0, 1.9], "1": [1.0, 1.8]}) for r in (0, 1)]
+    ranks = {"rank": 0, "world_size": 2, "gathered": True, "evidence": evidence}
+    report = diagnose(Observed(healthy.measurements, healthy.steps, ranks=ranks))
+    assert report.verdict == "gradients_summed"
+    assert report.plot(tmp_path / "summed.png").exists()
