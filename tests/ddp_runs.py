@@ -15,6 +15,10 @@ planted in the loop, never told to the doctor:
 - `out_of_sync`: rank 0 loads a checkpoint after the model was wrapped in DDP: the replicas never meet again.
 - `summed` / `averaged_by_hand`: no DDP; the loop all_reduces each gradient itself, summed (the fault) or divided
   by the world size after (healthy).
+- `accumulated` / `no_zero_grad`: DDP with two backward passes per step, the first under no_sync (healthy across
+  ranks), and a loop that never zeroes .grad (a fault of one process, not of several): neither is a sum.
+- `batchnorm` / `buffers_unsynced`: an MLP with BatchNorm under DDP, its buffers broadcast each forward
+  (healthy) or not (broadcast_buffers=False: each rank keeps its own running statistics).
 - `collectives`: the healthy loop twice under torch's profiler, without the doctor and with it, counting the
   collectives (every `gloo:` event: DDP's own from C++, and any torch.distributed call), then the report's, and
   those of one all_gather_object to compare it with.
@@ -41,7 +45,9 @@ DATA = TensorDataset(X, Y)
 VALIDATION = [(X[:128], Y[:128])]
 
 
-def mlp() -> nn.Module:
+def mlp(batchnorm: bool = False) -> nn.Module:
+    if batchnorm:
+        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
 
 
@@ -55,9 +61,9 @@ def train(case: str, watched: bool = True, epochs: int = EPOCHS):
     """One case's loop on this rank; its Doctor (or None when not `watched`)."""
     torch.manual_seed(0)  # every rank alike, as a script seeds every process: the same first weights and shuffles
     rank, world = dist.get_rank(), dist.get_world_size()
-    net = mlp()
+    net = mlp(batchnorm=case in ("batchnorm", "buffers_unsynced"))
     by_hand = case in ("summed", "averaged_by_hand")
-    model = net if by_hand else DistributedDataParallel(net)
+    model = net if by_hand else DistributedDataParallel(net, broadcast_buffers=case != "buffers_unsynced")
     if case == "out_of_sync" and rank == 0:
         # The checkpoint is loaded on rank 0 only, after DDP copied rank 0's first weights to every rank.
         checkpoint = {name: value + 0.1 for name, value in net.state_dict().items()}
@@ -69,9 +75,14 @@ def train(case: str, watched: bool = True, epochs: int = EPOCHS):
         if case != "no_set_epoch" and isinstance(loader.sampler, DistributedSampler):
             loader.sampler.set_epoch(epoch)
         for x, y in doctor.watch(loader) if doctor is not None else loader:
+            if case != "no_zero_grad":
+                optimizer.zero_grad()
+            if case == "accumulated":  # two halves, the first under no_sync: DDP averages the accumulated sum once
+                with model.no_sync():
+                    (nn.functional.cross_entropy(model(x[:16]), y[:16]) / 2).backward()
+                x, y = x[16:], y[16:]
             loss = nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
+            (loss / 2 if case == "accumulated" else loss).backward()
             if by_hand:
                 for p in net.parameters():
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
 CASES = ("healthy", "no_sampler", "no_set_epoch", "out_of_sync", "summed", "averaged_by_hand", "collectives")
+CASES += ("accumulated", "no_zero_grad", "batchnorm", "buffers_unsynced")
 ACROSS = ("no_distributed_sampler", "set_epoch_not_called", "replicas_out_of_sync", "gradients_summed")
 
 
@@ -91,6 +92,25 @@ def test_summed_gradients_are_about_twice_what_averaging_allows_and_averaged_by_
     by_hand = runs["averaged_by_hand", 0]["report"]
     assert by_hand["verdict"] == "healthy" and not _across(by_hand), runs["averaged_by_hand", 0]["text"]
     assert "averaged, not summed: the stepped gradient was 0." in runs["averaged_by_hand", 0]["text"]
+
+
+@pytest.mark.parametrize("case", ["accumulated", "no_zero_grad", "batchnorm"])
+def test_accumulation_carried_gradients_and_broadcast_buffers_are_no_fault_across_ranks(runs, case):
+    """No finding across ranks where none was planted.
+
+    The local bound holds what .grad carries from step to step, and buffers are compared after DDP's broadcast.
+    """
+    for rank in (0, 1):
+        document = runs[case, rank]["report"]
+        assert not _across(document), runs[case, rank]["text"]
+        assert all(check["ok"] for check in document["ranks"]["checks"]), document["ranks"]
+
+
+def test_buffers_not_broadcast_are_replicas_out_of_sync_named_by_the_buffer(runs):
+    for rank in (0, 1):
+        (finding, *_) = runs["buffers_unsynced", rank]["report"]["findings"]
+        assert finding["verdict"] == "replicas_out_of_sync", runs["buffers_unsynced", rank]["text"]
+        assert "buffer 1.running_mean differs between rank 0 and rank 1" in finding["evidence"]
 
 
 def test_the_doctor_adds_no_collective_to_the_loop_and_gathers_once_at_the_report(runs):
