@@ -62,6 +62,8 @@ def fingerprint(tensor: torch.Tensor) -> "float | torch.Tensor":
     so that equal values give an equal sum exactly. A CPU tensor's is a float, read with numpy (a few microseconds:
     it runs on every step); an accelerator's a 0-d tensor on its device, read back only at the report.
     """
+    if tensor.layout != torch.strided:
+        return 0.0  # a sparse batch: the targets' fingerprint tells batches apart
     if tensor.device.type == "cpu" and tensor.dtype in NUMPY_READS:
         flat = tensor.detach().numpy().reshape(-1)
         values = flat[:: max(1, flat.size // SAMPLED)][:SAMPLED]
@@ -90,14 +92,18 @@ def _weights(device: torch.device, n: int) -> torch.Tensor:
 def _checksums(named: list[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
     """Per tensor, a (3,) tensor on its device: its sum, the sum of its magnitudes and a strided sample's sum.
 
-    float64 where the device has it. The sample (every 7th value from the second) tells apart most pairs of
-    tensors that hold the same values in another order, which the first two sums cannot.
+    Summed in float64 where the device has it, without a float64 copy of the tensor. The sample (every 7th value
+    from the second) tells apart most pairs of tensors that hold the same values in another order, which the
+    first two sums cannot.
     """
     rows = []
     for _, tensor in named:
         flat = tensor.detach().reshape(-1)
-        flat = flat.to(torch.float32 if flat.device.type == "mps" else torch.float64)
-        rows.append(torch.stack([flat.sum(), flat.abs().sum(), flat[1::7].sum()]))
+        dtype = torch.float32 if flat.device.type == "mps" else torch.float64
+        if not flat.is_floating_point():
+            flat = flat.to(dtype)  # a counter (num_batches_tracked): one value
+        magnitudes = torch.linalg.vector_norm(flat, 1, dtype=dtype)
+        rows.append(torch.stack([flat.sum(dtype=dtype), magnitudes, flat[1::7].sum(dtype=dtype)]))
     return rows
 
 
