@@ -24,7 +24,7 @@ from benchmarks.realbugs.traincheck.ranks import free_port
 from doctor import distributed
 from doctor.core import Observed, diagnose
 from doctor.observed_io import from_plain, to_plain
-from harness.instruments.ranks import RankWatch, sampler_of
+from harness.instruments.ranks import LATEST, RankWatch, keep, sampled, sampler_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -265,3 +265,14 @@ def test_a_report_with_a_finding_across_ranks_draws_its_picture(tmp_path):
     report = diagnose(Observed(healthy.measurements, healthy.steps, ranks=ranks))
     assert report.verdict == "gradients_summed"
     assert report.plot(tmp_path / "summed.png").exists()
+
+
+def test_a_long_run_keeps_the_powers_of_two_and_the_latest_sampled_steps():
+    readings: dict = {}
+    for step in range(20_000):
+        if sampled(step):
+            keep(readings, step, step)
+    powers = [2**k for k in range(15)]
+    assert [0, *powers] == sorted(readings)[: len(powers) + 1]
+    assert sorted(s for s in readings if s & (s - 1))[-3:] == [19_700, 19_800, 19_900]
+    assert len(readings) == 1 + len(powers) + LATEST

@@ -15,7 +15,8 @@ Three readings, each what one distributed fault leaves behind:
   (no DistributedSampler), and a pass whose fingerprints repeat the last one's saw the same order again (a
   DistributedSampler that shuffles, whose set_epoch is never called). Whether the loader's sampler shuffles is
   read from the loader itself (its `sampler`, or its `batch_sampler`'s).
-- **Replica checksums** at the sampled steps (`sampled`), for every parameter and buffer: its sum, the sum of
+- **Replica checksums** at the sampled steps (`sampled`: the powers of two and every 100th, of which the latest
+  LATEST are kept), for every parameter and buffer: its sum, the sum of
   its magnitudes and the sum of a strided sample, in float64, taken in a forward pre-hook of the step's first
   training forward: after the last optimizer step, and after DDP has broadcast its buffers for this forward (a
   BatchNorm's running statistics are each rank's own between its forward and the next broadcast).
@@ -45,6 +46,7 @@ from harness.batches import tensors
 PASSES = 4  # passes over the loader fingerprinted: consecutive pairs among them are compared
 PER_PASS = 256  # batches fingerprinted per pass
 SAMPLED = 32  # values of each batch's inputs (and of its targets) a fingerprint reads
+LATEST = 32  # sampled steps kept besides the powers of two: what is gathered stays small on a long run
 
 
 def sampled(step: int) -> bool:
@@ -53,6 +55,14 @@ def sampled(step: int) -> bool:
     The same on every rank, being a function of the step alone.
     """
     return step & (step - 1) == 0 or step % 100 == 0
+
+
+def keep(readings: dict, step: int, reading) -> None:
+    """Add a sampled step's reading; of the others than powers of two, only the LATEST are kept."""
+    readings[step] = reading
+    later = [s for s in readings if s & (s - 1)]
+    for old in later[: max(0, len(later) - LATEST)]:
+        del readings[old]
 
 
 def fingerprint(tensor: torch.Tensor) -> "float | torch.Tensor":
@@ -188,9 +198,8 @@ class RankWatch:
         with torch.no_grad():
             rows = _checksums(named)
             device = rows[0].device if rows else None
-            self.checksums[self.updates] = (
-                torch.stack([r.to(device, non_blocking=True) for r in rows]) if rows else None
-            )
+            sums = torch.stack([r.to(device, non_blocking=True) for r in rows]) if rows else None
+            keep(self.checksums, self.updates, sums)
 
     # ----- the gradients --------------------------------------------------------------------------------------
     def _arm(self) -> None:
@@ -243,7 +252,7 @@ class RankWatch:
         with torch.no_grad():
             reduced = torch.stack([n.to(self._local) for n in torch_private.norms(grads)]).norm() if grads else None
         if reduced is not None:
-            self.gradients[self.updates] = (self._local, reduced)
+            keep(self.gradients, self.updates, (self._local, reduced))
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         for hook in self._armed:
