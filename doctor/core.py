@@ -30,6 +30,9 @@ one plain mapping with the keys of a grid record; analysis.features turns it int
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py; the watch that finds it
 is one of the instruments, harness/instruments/nonfinite.py). Nothing here knows what fault, if any, is planted.
+Under torch.distributed (DDP under torchrun) each rank runs the same lines with its own Doctor and calls report()
+too: each rank measures its own loop with no collective, and the report gathers every rank's evidence once and
+puts the findings across ranks first (doctor/distributed.py).
 
 Batches of any shape (harness/batches.py): (inputs, targets) pairs, longer tuples, dicts such as Hugging Face's
 {"input_ids": ..., "labels": ...}, objects with attributes, several inputs to the model, a model returning an
@@ -70,6 +73,7 @@ from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
 from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
+from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
@@ -82,6 +86,7 @@ from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.instruments.probe import FirstLayer, first_layer_input
+from harness.instruments.ranks import RankWatch
 from harness.targets import PositionLoss, Task, TaskError, class_labels, in_classes, positions, read_task
 
 
@@ -174,6 +179,7 @@ class Doctor:
         max_steps: int | None = None,
         max_seconds: float | None = None,
     ):
+        model = distributed.unwrapped(model)  # a DDP wrapper's module: the doctor's own forwards run no collective
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
         _has_parameters(model)
         self.max_steps, self.max_seconds = check_budgets(max_steps, max_seconds)  # the watch stops once one is spent
@@ -203,6 +209,10 @@ class Doctor:
             budget=budget if budget is None or isinstance(budget, CostBudget) else CostBudget(budget),
         )
         self.nonfinite = self.instruments.nonfinite
+        # Under torch.distributed, this rank's own evidence for the checks across ranks (doctor/distributed.py),
+        # gathered once at the report: nothing is exchanged while the loop trains.
+        rank = distributed.world()
+        self.ranks = RankWatch(model, optimizer, *rank, scaler=scaler) if rank is not None else None
         # The wait for data as the loop would show it on an idle host: the OS's pauses counted in neither the waits
         # nor the loop's time (harness/instruments/data_wait.py); the grid's cells keep the wall clock.
         self.instruments.data_wait.exclude_host_pauses = True
@@ -236,6 +246,8 @@ class Doctor:
 
         With a step or time budget (max_steps, max_seconds) no batch is yielded once either is spent.
         """
+        if self.ranks is not None:
+            self.ranks.new_pass(batches)  # a pass over the loader begins: an epoch, whose order is compared
         if self.max_steps is not None or self.max_seconds is not None:
             batches = self._within_budget(batches)  # without a budget, no check at all on each step
         with refusing():  # the user's loop body does not run in here: only the doctor's reading of each batch
@@ -287,6 +299,8 @@ class Doctor:
             self.input_scale = self.instruments.probe_batch.scale_seen_by_model(first)
             if self.validation is not None:
                 self.val_start = self._evaluate(self.validation)
+        if self.ranks is not None:
+            self.ranks.batch(inputs, targets)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
         self.recent.append((inputs, targets))
         self._recent_examples += _batch_size(targets)
@@ -315,6 +329,10 @@ class Doctor:
         Call it once training has ended; report() calls it. Later calls return the same observation.
         """
         if self._observed is None:
+            # Every rank's evidence first, before anything here can refuse the run: the other ranks wait in the gather.
+            ranks = distributed.gather(self.ranks.evidence()) if self.ranks is not None else None
+            if self.ranks is not None:
+                self.ranks.close()
             with refusing():
                 measured = self._measurements()
             device = next(self.model.parameters()).device
@@ -332,6 +350,7 @@ class Doctor:
                 cost=self.cost,
                 stopped=self.stopped,
                 input_scale=self.input_scale,
+                ranks=ranks,
             )
         return self._observed
 
@@ -475,6 +494,9 @@ class Observed:
     cost: Cost | None = None  # what the doctor's instruments cost on the loop (None: watched without a budget)
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
     input_scale: str = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
+    # Under torch.distributed: every rank's evidence (harness/instruments/ranks.py), this rank's number, the world's
+    # size and whether the gather reached every rank (doctor/distributed.py: gather). None on one process.
+    ranks: Mapping | None = None
 
 
 def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) -> "Report":
@@ -485,6 +507,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
     findings, note = _findings(observed, thresholds)
+    across = distributed.judge(observed.ranks)
+    if across is not None and across.findings:  # facts of the setup, ahead of what any one rank's steps show
+        findings = [*across.findings, *(f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED))]
     if observed.input_scale:  # said, not silent: the rule reading it could not be judged
         unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
         note = unscaled if note is None else f"{note}; {unscaled}"
@@ -508,6 +533,7 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
         ),
         cost=observed.cost,
         stopped=observed.stopped,
+        ranks=across,
     )
 
 
@@ -865,7 +891,8 @@ class Report:
     pay for (analysis/rules.py). `note` says which rules were not judged, and why (on a run whose loss went NaN
     or inf). `places`, set when the run came from a recipe file (doctor/recipe.py), gives per verdict the
     recipe's lines its next step is about. `stopped` says why the run ended before its loop did (a step or time
-    budget, Ctrl-C). A report is a value: `diagnose` builds it, nothing changes it.
+    budget, Ctrl-C). `ranks`, under torch.distributed, holds the checks across ranks (doctor/distributed.py), whose
+    failing findings lead `findings`. A report is a value: `diagnose` builds it, nothing changes it.
     """
 
     findings: tuple[Finding, ...]
@@ -881,6 +908,7 @@ class Report:
     data_forecast: DataForecast | None = None
     cost: Cost | None = None  # what the doctor cost on the loop, and the steps it watched in full
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
+    ranks: distributed.Ranks | None = None  # the checks across the ranks of a distributed run (None: one process)
 
     @property
     def verdict(self) -> str:
@@ -941,6 +969,7 @@ class Report:
             "places": dict(self.places),  # only findings of this report have places
             "bigger_machine": self.checklist.to_dict(),
             "cost": None if self.cost is None else self.cost.to_dict(),
+            "ranks": None if self.ranks is None else self.ranks.to_dict(),
             "features": {k: _plain(float(v)) for k, v in self.features.items()},
         }
 
@@ -964,6 +993,9 @@ class Report:
             lines.append(f"would longer training help? {self.forecast.summary()}")
         if self.data_forecast is not None:
             lines.append(f"would more data help? {self.data_forecast.line()}")
+        if self.ranks is not None:
+            lines.append(self.ranks.heading())
+            lines += [f"  {line.mark} {line.check}: {line.detail}" for line in self.ranks.lines]
         lines.append("is a bigger machine the answer?")
         lines += [f"  {c.mark} {c.check}: {c.detail}" for c in self.checklist.checks]
         lines.append(f"  => {self.checklist.conclusion}")

@@ -36,6 +36,8 @@ The modules, each with one job:
   labels.py (class mix), examples.py (kept for the reference fit), census.py (gradients), update_ratios.py,
   clearing.py (was .grad cleared), optimizer_steps.py, clipping.py, learning_rate.py, amp.py (GradScaler).
 - signals.py: the pure functions (spikes, the activation census, ...); memorization.py: `memorize`, `fit_capacity`.
+- ranks.py: `RankWatch`, what one rank of a distributed run measures of its own (batch fingerprints, replica
+  checksums, its own and the stepped gradient's norms), with no collective; the doctor compares the ranks.
 """
 
 from harness.instruments.memorization import CAPACITY_EXAMPLES, fit_capacity, memorize
