@@ -53,6 +53,7 @@ makes the report of the steps so far say it was interrupted (the probe loop and 
 """
 
 import contextlib
+import functools
 import itertools
 import math
 import time
@@ -65,6 +66,7 @@ import torch
 from torch import nn
 
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
+from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
@@ -73,8 +75,21 @@ from analysis.rules import diagnose as rule_findings
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
+from doctor.padding import PaddingWatch
+from doctor.padding import finding as padding_finding
 from harness.after_training import Probes, end_of_run, run_record
-from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
+from harness.batches import (
+    BatchError,
+    BatchLayout,
+    apply,
+    floats,
+    forward_signature,
+    head,
+    join,
+    rows,
+    same_shape,
+    to_device,
+)
 from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
@@ -82,7 +97,16 @@ from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.instruments.probe import FirstLayer, first_layer_input
-from harness.targets import PositionLoss, Task, TaskError, class_labels, in_classes, positions, read_task
+from harness.targets import (
+    PositionLoss,
+    Task,
+    TaskError,
+    class_labels,
+    in_classes,
+    positions,
+    read_task,
+    shifted,
+)
 
 
 class CannotJudge(Exception):
@@ -216,6 +240,12 @@ class Doctor:
         # The loss as the doctor calls it on the model's output: the loop's own, called on a sequence's positions
         # the way the loop calls it (harness/targets.py: PositionLoss); set with the task.
         self.task_loss: Callable | None = loss_fn
+        # A causal model's shift, read at the first batch (causal_shift): 1 where the model scores the output at t
+        # against the label at t + 1, and the doctor then reads every batch's targets shifted (BatchLayout).
+        self.shift = 0
+        self.padding: PaddingWatch | None = None  # a sequence task's watch for padding scored by the loss
+        self._first: FirstLayer | None = None  # what the model's first layer saw on the first batch, until read
+        self.instruments.first_look = self._first_look  # the first batch is read before the instruments see it
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
@@ -278,15 +308,36 @@ class Doctor:
         with refusing():
             self.instruments.see(batch, waited_s, then=self._seen)
 
+    def _first_look(self, batch, inputs, targets) -> tuple:
+        """The first batch, before any instrument sees it: the task (check_task) and, for a sequence, the shift.
+
+        Returns the batch's inputs and targets as the instruments are to see them (shifted, where the model shifts).
+        """
+        self.task, self._first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
+        self.instruments.first_look = None
+        self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
+        if self.task.kind != "sequence":
+            return inputs, targets
+        ignore_index = getattr(self.task_loss, "ignore_index", None)
+        ignore_index = ignore_index if isinstance(ignore_index, int) else -100  # F.cross_entropy's, Hugging Face's
+        with self.instruments.loop.own_forward_pass():
+            self.shift = causal_shift(self.model, self.layout, batch, inputs, targets, self.task_loss, ignore_index)
+        if self.shift:
+            self.layout.target_view = functools.partial(shifted, shift=self.shift, fill=ignore_index)
+            targets = self.layout.target_view(targets)
+        self.padding = PaddingWatch(self.task.n_classes, ignore_index, self.shift)
+        return inputs, targets
+
     def _seen(self) -> None:
         inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
-        if self.task is None:
-            self.task, first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
-            self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
+        if self._first is not None:
             # Integer inputs cast inside forward (uint8 pixels): the scale the first layer sees (instruments/probe.py).
-            self.input_scale = self.instruments.probe_batch.scale_seen_by_model(first)
+            self.input_scale = self.instruments.probe_batch.scale_seen_by_model(self._first)
+            self._first = None
             if self.validation is not None:
                 self.val_start = self._evaluate(self.validation)
+        if self.padding is not None:
+            self.padding.see(inputs, targets)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
         self.recent.append((inputs, targets))
         self._recent_examples += _batch_size(targets)
@@ -388,6 +439,9 @@ class Doctor:
         record = run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
         if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
             record["baseline_val_acc"] = self._validation_prior()
+            record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
+        if self.padding is not None:  # the doctor's own too, no fitted rule's (doctor/padding.py)
+            record.update(self.padding.measurements())
         return record
 
     def _validation_prior(self) -> float:
@@ -485,6 +539,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
     findings, note = _findings(observed, thresholds)
+    padding = padding_finding(measured)
+    if padding is not None:
+        findings = _with_fact(findings, padding)
     if observed.input_scale:  # said, not silent: the rule reading it could not be judged
         unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
         note = unscaled if note is None else f"{note}; {unscaled}"
@@ -526,6 +583,9 @@ NOT_JUDGED_ON_TASK = {
 }
 
 
+NUMERIC_FACTS = tuple(check.verdict for check in NUMERIC_CHECKS)  # judged first: nonfinite_loss, amp_steps_skipped
+
+
 def _beyond_the_task(measured: Mapping) -> str | None:
     """Which checks this run's task leaves unjudged (their feature not measured), and why; None: none."""
     task = measured.get("task")
@@ -565,6 +625,17 @@ def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list
     if skipped is not None:
         return [skipped, *fitted], None
     return findings, None
+
+
+def _with_fact(findings: list[Finding], fact: Finding) -> list[Finding]:
+    """The findings with a failing fact judged on no fitted threshold (padding_in_loss) after the numeric facts.
+
+    It comes ahead of the fitted rules' findings: it is certain, and every loss they read counts what it names. It
+    takes the place of healthy, and of unexplained_failure, whose failure it may explain.
+    """
+    kept = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
+    at = next((i for i, f in enumerate(kept) if f.verdict not in NUMERIC_FACTS or f.kind == WARNING), len(kept))
+    return [*kept[:at], fact, *kept[at:]]
 
 
 def _no_hidden_scaler(kept_at_step: list[float]) -> None:
@@ -703,6 +774,47 @@ def check_task(
         rows, labels = positions(out, targets)
         _check_labels(labels, rows, task.n_classes, loss_fn)  # each position a row, as the loss reads them
     return task, first, loss_fn
+
+
+def causal_shift(
+    model: nn.Module, layout: BatchLayout, batch, inputs, targets: torch.Tensor, loss_fn: Callable | None, fill: int
+) -> int:
+    """1 where the model's own loss scores its output at each position against the next position's target, else 0.
+
+    A causal language model handed its inputs as labels shifts them itself (Hugging Face's convention: the logits
+    at t are scored against label t + 1, the last position against nothing) and returns its loss beside the
+    logits. Where the batch is a dict whose targets key the model's forward takes by name, the model is called
+    once more on the first batch, with those targets too (in eval mode, without gradients: the same logits its
+    loss is computed from), and `loss_fn` (the loop's, or the one the targets imply) is computed on its logits
+    against the targets as they are and `shifted` one position (`fill`, the loss's ignore_index, after the last).
+    The shift is 1 only where the shifted targets reproduce the model's own loss (within 0.1%, as the callbacks'
+    implied loss is checked) and the targets as they are do not: read from what the model computes, with nothing
+    assumed of its class or config. 0 where the model computes no loss of its own, or either way is unclear.
+    """
+    key = layout.targets if isinstance(layout.targets, str) else None
+    if isinstance(batch, Mapping) and key is None:
+        key = next((k for k, value in batch.items() if value is targets), None)
+    named = forward_signature(model)[2]
+    if loss_fn is None or key is None or not isinstance(inputs, Mapping) or not (named is None or key in named):
+        return 0
+    device = next(model.parameters()).device
+    try:
+        with eval_mode(model), torch.no_grad():
+            output = model(**to_device(inputs, device), **{key: targets.to(device)})
+            own = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+            if not (torch.is_tensor(own) and own.numel() == 1 and bool(torch.isfinite(own))):
+                return 0
+            logits = layout.output_of(output).detach()
+            labels = targets.to(logits.device)
+            if not (logits.dim() == 3 and logits.shape[:2] == labels.shape):
+                return 0
+            loss = PositionLoss.of(loss_fn, logits, labels)
+            as_they_are, moved = (float(loss(logits, y)) for y in (labels, shifted(labels, 1, fill)))
+    except Exception:  # noqa: BLE001 - a model or loss that cannot be called so shows no shift: none is read
+        return 0
+    own = float(own)
+    reproduces = [math.isclose(value, own, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)]
+    return 1 if reproduces == [False, True] else 0
 
 
 def _check_labels(targets: torch.Tensor, out: torch.Tensor, classes: int, loss_fn: Callable | None) -> None:

@@ -196,7 +196,7 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
             # Without loss_fn: the loss the targets imply must give the model's own loss (ImpliedLoss); a miss ends
             # the doctor's part in the run (logged), not the run.
             with self._judging():
-                self.loss_used.check(logits, targets, loss, strict=not divided)
+                self.loss_used.check(logits, targets, loss, strict=not divided, items=kwargs.get(TRAINER_KWARGS[0]))
         if self.doctor is None:
             return
         if not torch.is_tensor(loss) or divided:
