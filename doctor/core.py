@@ -29,7 +29,8 @@ The measurements come from harness.instruments and harness.reference (the very c
 one plain mapping with the keys of a grid record; analysis.features turns it into the features and
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py; the watch that finds it
-is one of the instruments, harness/instruments/nonfinite.py). Nothing here knows what fault, if any, is planted.
+is one of the instruments, harness/instruments/nonfinite.py); so is padding the loss scores, read from the batches'
+attention mask (doctor/padding.py). Nothing here knows what fault, if any, is planted.
 
 Batches of any shape (harness/batches.py): (inputs, targets) pairs, longer tuples, dicts such as Hugging Face's
 {"input_ids": ..., "labels": ...}, objects with attributes, several inputs to the model, a model returning an
@@ -40,7 +41,9 @@ object that holds the logits. Where the doctor cannot tell, the user says once:
 
 The task is read from the first batch's targets and the model's output (harness/targets.py): class indices
 with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, regression
-targets shaped like the output, or class indices per position with (batch, time, V) outputs (a sequence).
+targets shaped like the output, or class indices per position with (batch, time, V) outputs (a sequence). A
+causal language model that shifts its labels itself (scores the logits at t against label t + 1) is read so from
+its own loss on the first batch (`causal_shift`), and every batch's targets are then read shifted.
 What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does
 not cover: a batch whose inputs or targets it cannot find, targets of none of those tasks), a class label outside
 the output's classes that the loss does not ignore (its ignore_index; labels it ignores are left out of every
@@ -94,6 +97,7 @@ from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
 from harness.instruments.budget import SHARE, Cost, CostBudget
+from harness.instruments.loop import Collector
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.instruments.probe import FirstLayer, first_layer_input
@@ -245,6 +249,7 @@ class Doctor:
         self.shift = 0
         self.padding: PaddingWatch | None = None  # a sequence task's watch for padding scored by the loss
         self._first: FirstLayer | None = None  # what the model's first layer saw on the first batch, until read
+        self._shift_check: ShiftInTheLoop | None = None  # a sequence read unshifted: the first step's loss, checked
         self.instruments.first_look = self._first_look  # the first batch is read before the instruments see it
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
@@ -326,6 +331,9 @@ class Doctor:
             self.layout.target_view = functools.partial(shifted, shift=self.shift, fill=ignore_index)
             targets = self.layout.target_view(targets)
         self.padding = PaddingWatch(self.task.n_classes, ignore_index, self.shift)
+        if not self.shift and self.task_loss is not None:
+            self._shift_check = ShiftInTheLoop(self.instruments.loop, self.task_loss, ignore_index)
+            self.instruments.collectors.append(self._shift_check)  # so that its hook comes off with theirs
         return inputs, targets
 
     def _seen(self) -> None:
@@ -354,6 +362,9 @@ class Doctor:
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
+        if self._shift_check is not None:
+            check, self._shift_check = self._shift_check, None
+            check.judge(loss, self.instruments.last_targets)  # the first step's: UnsupportedTask if the loop shifts
         self.instruments.after_backward(loss)
 
     @property
@@ -774,6 +785,58 @@ def check_task(
         rows, labels = positions(out, targets)
         _check_labels(labels, rows, task.n_classes, loss_fn)  # each position a row, as the loss reads them
     return task, first, loss_fn
+
+
+class ShiftInTheLoop(Collector):
+    """The first training forward's output, held until its backward, to tell whether the loop shifts its targets.
+
+    A loop that hands the doctor a causal model's inputs as its targets and shifts them in its own loss (the logits
+    at t against token t + 1, `loss_fn(logits[:, :-1], tokens[:, 1:])`) would have every position read against
+    the wrong token, and the model computes no loss of its own for `causal_shift` to read. So the loss of the
+    first step is computed on its own forward's output against the targets as they are and `shifted`: where only
+    the shifted ones reproduce it (within 0.1%), the run is refused in one line (UnsupportedTask) that says to
+    hand the doctor the targets shifted. Read once; its hook is off after the first training forward.
+    """
+
+    def __init__(self, loop, loss_fn: Callable, fill: int):
+        self.loop, self.loss_fn, self.fill = loop, loss_fn, fill
+        self.output: torch.Tensor | None = None
+        self._hook = loop.model.register_forward_hook(self._forward)
+
+    def _forward(self, _model, _inputs, output) -> None:
+        if self.loop.own_forward or not torch.is_grad_enabled():
+            return
+        logits = self.loop.layout.output_or_none(output)
+        self.output = logits.detach() if torch.is_tensor(logits) and logits.dim() == 3 else None
+        self.close()
+
+    def judge(self, loss: torch.Tensor, targets: torch.Tensor | None) -> None:
+        """UnsupportedTask where the first step's `loss` is the loss of the output against the shifted targets only."""
+        self.close()
+        output, self.output = self.output, None
+        if output is None or not torch.is_tensor(targets) or output.shape[:2] != targets.shape:
+            return
+        with torch.no_grad():
+            seen = float(loss.detach())
+            try:
+                as_they_are, moved = (
+                    float(self.loss_fn(output, y.to(output.device))) for y in (targets, shifted(targets, 1, self.fill))
+                )
+            except Exception:  # noqa: BLE001 - a loss that cannot take them so shows nothing: nothing is said
+                return
+        close = [math.isclose(value, seen, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)]
+        if close == [False, True]:
+            raise UnsupportedTask(
+                f"the loop's loss on the first step ({seen:.4g}) scores the output at each position against the next"
+                " position's target, a shift made in the loop's own loss: hand the doctor the targets already"
+                " shifted (inputs tokens[:, :-1], targets tokens[:, 1:]), or a model that takes the labels and"
+                " computes its own loss"
+            )
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
 
 def causal_shift(

@@ -18,7 +18,10 @@ logits for multi-label rows, mean squared error for regression (doctor/integrati
 once it has reproduced the model's own loss on the first batch (else it gives up on the run in one line that says
 to pass loss_fn; a loss the Trainer has the model divide over an accumulation group is not compared, and the
 log says the loss was not checked). The doctor uses it to evaluate `validation` and the last training batches, to
-memorize, and as the training loss where the model returns none of its own.
+memorize, and as the training loss where the model returns none of its own. A language model's or a tagger's
+(batch, time, V) logits against (batch, time) labels are the sequence task; a causal language model, which shifts
+its labels itself, is read so from its own loss on the first batch (doctor/core.py: causal_shift), and padding
+its labels do not leave out is padding_in_loss (doctor/padding.py).
 
 A training that raises: a TrainerCallback hears of no exception (transformers 5 has no such event, and nothing of
 train() runs in a finally), so the callback takes the hooks off where an exception passes through code of its
