@@ -452,7 +452,7 @@ class Doctor:
             record["baseline_val_acc"] = self._validation_prior()
             record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
         if self.padding is not None:  # the doctor's own too, no fitted rule's (doctor/padding.py)
-            record.update(self.padding.measurements())
+            record.update(self.padding.measurements(self.recent, self.task_loss))
         return record
 
     def _validation_prior(self) -> float:

@@ -8,7 +8,8 @@ holds an attention mask under the key `attention_mask` (a Hugging Face batch, or
 "attention_mask")` in a plain loop) beside (batch, time) targets: whether any position the mask drops has a
 target the loss scores (a class of the output other than the loss's ignore_index). With a causal shift (the
 model scores the output at t against label t + 1) a target's position is that of its label, so the mask is
-shifted as the targets are.
+shifted as the targets are. A loss that ignores the pad label itself scores no padding: its `ignore_index` is read
+where it has one, and otherwise the labels padding carries are tried on it (`ignored_by`) when the report is made.
 
 The threshold is no fit (doctor/nonfinite.py makes its finding the same way, outside the fitted rules): a
 collator that sets padding's labels to -100 leaves no scored position under a 0 of the mask in any batch, and one
@@ -20,7 +21,7 @@ the report reads them, so the watch adds no host read to a training step.
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -78,14 +79,52 @@ class PaddingWatch:
             counts = torch.stack([dropped.any().long(), (padding_scored > 0).long(), padding_scored, scored.sum()])
             self._sums = counts if self._sums is None else self._sums + counts.to(self._sums.device)
 
-    def measurements(self) -> dict:
-        """The sums as shares (NaN: no batch held padding, or no attention mask was seen); one host read."""
+    def measurements(self, recent: Iterable = (), loss_fn: Callable | None = None) -> dict:
+        """The sums as shares (NaN: no batch held padding, or no attention mask was seen); one host read.
+
+        Where padding was scored, the labels it carries in the `recent` (inputs, targets) batches are tried on
+        `loss_fn` (`ignored_by`): a loss that ignores them itself (a function computing
+        `F.cross_entropy(..., ignore_index=pad_id)`, whose ignore_index the doctor cannot read) scores no padding.
+        """
         padded, scoring, padding_scored, scored = self._sums.tolist() if self._sums is not None else (0, 0, 0, 0)
+        if scoring and loss_fn is not None:
+            labels = self.labels_under_padding(recent)
+            if labels and all(ignored_by(loss_fn, label, self.classes) for label in labels):
+                scoring = padding_scored = 0
         return {
             PADDED: padded,
             SHARE: scoring / padded if padded else math.nan,
             POSITIONS: padding_scored / scored if padded and scored else math.nan,
         }
+
+    def labels_under_padding(self, pairs: Iterable) -> set[int]:
+        """The labels the loss would score at positions the attention mask drops, in these (inputs, targets) pairs."""
+        found: set[int] = set()
+        for inputs, targets in pairs:
+            mask = attention_mask(inputs)
+            if mask is None or not torch.is_tensor(targets) or targets.shape != mask.shape:
+                continue
+            mask = shifted(mask, self.shift, fill=1) if self.shift else mask
+            scored = in_classes(targets, self.classes) & (targets != self.ignore_index)
+            found |= set(targets[scored & (mask.to(targets.device) == 0)].unique().tolist())
+        return found
+
+
+def ignored_by(loss_fn: Callable, label: int, classes: int) -> bool:
+    """Whether `loss_fn` leaves out positions labelled `label`: tried on two rows of distinct logits.
+
+    The loss of one row with another label against that row twice, once with `label`: the same only where the
+    second is left out (the logits differ per class, so a scored `label` moves the mean).
+    """
+    other = (label + 1) % classes
+    row = torch.linspace(0.0, 1.0, classes).unsqueeze(0)
+    try:
+        with torch.no_grad():
+            alone = float(loss_fn(row, torch.tensor([other])))
+            both = float(loss_fn(row.repeat(2, 1), torch.tensor([other, label])))
+    except Exception:  # noqa: BLE001 - a loss that cannot take the label does not score it either way; say scored
+        return False
+    return math.isclose(alone, both, rel_tol=1e-6, abs_tol=1e-9)
 
 
 def finding(measured: Mapping) -> Finding | None:

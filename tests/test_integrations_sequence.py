@@ -212,6 +212,12 @@ def test_the_padding_watch_counts_scored_positions_under_a_dropped_mask():
     watch.see({"input_ids": mask, "attention_mask": mask}, torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]))
     found = finding(watch.measurements())
     assert found.verdict == "padding_in_loss" and found.value == pytest.approx(2 / 3) and found.threshold == 0.5
+    # A loss that ignores the pad label itself, inside a function whose ignore_index the doctor cannot read, scores
+    # no padding: the labels under the mask are tried on it.
+    recent = [({"attention_mask": mask}, torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]))]
+    ignoring = lambda out, y: torch.nn.functional.cross_entropy(out, y, ignore_index=0)  # noqa: E731
+    assert watch.measurements(recent, ignoring)[SHARE] == 0.0
+    assert watch.measurements(recent, torch.nn.functional.cross_entropy)[SHARE] == pytest.approx(2 / 3)
     # With the causal shift the targets answer the next position: the mask is read at the label's own position.
     causal = PaddingWatch(classes=10, ignore_index=-100, shift=1)
     causal.see({"attention_mask": torch.tensor([[1, 1, 0]])}, shifted(torch.tensor([[1, 2, -100]]), 1, -100))
