@@ -29,7 +29,8 @@ The measurements come from harness.instruments and harness.reference (the very c
 one plain mapping with the keys of a grid record; analysis.features turns it into the features and
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py; the watch that finds it
-is one of the instruments, harness/instruments/nonfinite.py). Nothing here knows what fault, if any, is planted.
+is one of the instruments, harness/instruments/nonfinite.py); so is padding the loss scores, read from the batches'
+attention mask (doctor/padding.py). Nothing here knows what fault, if any, is planted.
 Under torch.distributed (DDP under torchrun) each rank runs the same lines with its own Doctor and calls report()
 too: each rank measures its own loop with no collective, and the report gathers every rank's evidence once and
 puts the findings across ranks first (doctor/distributed.py).
@@ -43,7 +44,9 @@ object that holds the logits. Where the doctor cannot tell, the user says once:
 
 The task is read from the first batch's targets and the model's output (harness/targets.py): class indices
 with (batch, C) outputs, one-hot rows, binary targets with one output unit, multi-label rows, regression
-targets shaped like the output, or class indices per position with (batch, time, V) outputs (a sequence).
+targets shaped like the output, or class indices per position with (batch, time, V) outputs (a sequence). A
+causal language model that shifts its labels itself (scores the logits at t against label t + 1) is read so from
+its own loss on the first batch (`causal_shift`), and every batch's targets are then read shifted.
 What the doctor cannot judge it refuses with `CannotJudge` (UnsupportedTask for a batch, model or task it does
 not cover: a batch whose inputs or targets it cannot find, targets of none of those tasks), a class label outside
 the output's classes that the loss does not ignore (its ignore_index; labels it ignores are left out of every
@@ -56,6 +59,7 @@ makes the report of the steps so far say it was interrupted (the probe loop and 
 """
 
 import contextlib
+import functools
 import itertools
 import math
 import time
@@ -68,6 +72,7 @@ import torch
 from torch import nn
 
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
+from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
@@ -77,17 +82,40 @@ from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
+from doctor.padding import PaddingWatch
+from doctor.padding import finding as padding_finding
 from harness.after_training import Probes, end_of_run, run_record
-from harness.batches import BatchError, BatchLayout, apply, floats, head, join, rows, same_shape, to_device
+from harness.batches import (
+    BatchError,
+    BatchLayout,
+    apply,
+    floats,
+    forward_signature,
+    head,
+    join,
+    rows,
+    same_shape,
+    to_device,
+)
 from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
 from harness.instruments.budget import SHARE, Cost, CostBudget
+from harness.instruments.loop import Collector
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.instruments.probe import FirstLayer, first_layer_input
 from harness.instruments.ranks import RankWatch
-from harness.targets import PositionLoss, Task, TaskError, class_labels, in_classes, positions, read_task
+from harness.targets import (
+    PositionLoss,
+    Task,
+    TaskError,
+    class_labels,
+    in_classes,
+    positions,
+    read_task,
+    shifted,
+)
 
 
 class CannotJudge(Exception):
@@ -226,6 +254,13 @@ class Doctor:
         # The loss as the doctor calls it on the model's output: the loop's own, called on a sequence's positions
         # the way the loop calls it (harness/targets.py: PositionLoss); set with the task.
         self.task_loss: Callable | None = loss_fn
+        # A causal model's shift, read at the first batch (causal_shift): 1 where the model scores the output at t
+        # against the label at t + 1, and the doctor then reads every batch's targets shifted (BatchLayout).
+        self.shift = 0
+        self.padding: PaddingWatch | None = None  # a sequence task's watch for padding scored by the loss
+        self._first: FirstLayer | None = None  # what the model's first layer saw on the first batch, until read
+        self._shift_check: ShiftInTheLoop | None = None  # a sequence read unshifted: the first step's loss, checked
+        self.instruments.first_look = self._first_look  # the first batch is read before the instruments see it
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
@@ -290,17 +325,41 @@ class Doctor:
         with refusing():
             self.instruments.see(batch, waited_s, then=self._seen)
 
+    def _first_look(self, batch, inputs, targets) -> tuple:
+        """The first batch, before any instrument sees it: the task (check_task) and, for a sequence, the shift.
+
+        Returns the batch's inputs and targets as the instruments are to see them (shifted, where the model shifts).
+        """
+        self.task, self._first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
+        self.instruments.first_look = None
+        self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
+        if self.task.kind != "sequence":
+            return inputs, targets
+        ignore_index = getattr(self.task_loss, "ignore_index", None)
+        ignore_index = ignore_index if isinstance(ignore_index, int) else -100  # F.cross_entropy's, Hugging Face's
+        with self.instruments.loop.own_forward_pass():
+            self.shift = causal_shift(self.model, self.layout, batch, inputs, targets, self.task_loss, ignore_index)
+        if self.shift:
+            self.layout.target_view = functools.partial(shifted, shift=self.shift, fill=ignore_index)
+            targets = self.layout.target_view(targets)
+        self.padding = PaddingWatch(self.task.n_classes, ignore_index, self.shift)
+        if not self.shift and self.task_loss is not None:
+            self._shift_check = ShiftInTheLoop(self.instruments.loop, self.task_loss, ignore_index)
+            self.instruments.collectors.append(self._shift_check)  # so that its hook comes off with theirs
+        return inputs, targets
+
     def _seen(self) -> None:
         inputs, targets = self.instruments.last_inputs, self.instruments.last_targets
-        if self.task is None:
-            self.task, first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
-            self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
+        if self._first is not None:
             # Integer inputs cast inside forward (uint8 pixels): the scale the first layer sees (instruments/probe.py).
-            self.input_scale = self.instruments.probe_batch.scale_seen_by_model(first)
+            self.input_scale = self.instruments.probe_batch.scale_seen_by_model(self._first)
+            self._first = None
             if self.validation is not None:
                 self.val_start = self._evaluate(self.validation)
         if self.ranks is not None:
             self.ranks.batch(inputs, targets)
+        if self.padding is not None:
+            self.padding.see(inputs, targets)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
         self.recent.append((inputs, targets))
         self._recent_examples += _batch_size(targets)
@@ -317,6 +376,9 @@ class Doctor:
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """Call once per step, after loss.backward() and before optimizer.step()."""
+        if self._shift_check is not None:
+            check, self._shift_check = self._shift_check, None
+            check.judge(loss, self.instruments.last_targets)  # the first step's: UnsupportedTask if the loop shifts
         self.instruments.after_backward(loss)
 
     @property
@@ -407,6 +469,9 @@ class Doctor:
         record = run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
         if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
             record["baseline_val_acc"] = self._validation_prior()
+            record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
+        if self.padding is not None:  # the doctor's own too, no fitted rule's (doctor/padding.py)
+            record.update(self.padding.measurements(self.recent, self.task_loss))
         return record
 
     def _validation_prior(self) -> float:
@@ -507,6 +572,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
     findings, note = _findings(observed, thresholds)
+    padding = padding_finding(measured)
+    if padding is not None:
+        findings = _with_fact(findings, padding)
     across = distributed.judge(observed.ranks)
     if across is not None and across.findings:  # facts of the setup, ahead of what any one rank's steps show
         findings = [*across.findings, *(f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED))]
@@ -552,6 +620,9 @@ NOT_JUDGED_ON_TASK = {
 }
 
 
+NUMERIC_FACTS = tuple(check.verdict for check in NUMERIC_CHECKS)  # judged first: nonfinite_loss, amp_steps_skipped
+
+
 def _beyond_the_task(measured: Mapping) -> str | None:
     """Which checks this run's task leaves unjudged (their feature not measured), and why; None: none."""
     task = measured.get("task")
@@ -591,6 +662,17 @@ def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list
     if skipped is not None:
         return [skipped, *fitted], None
     return findings, None
+
+
+def _with_fact(findings: list[Finding], fact: Finding) -> list[Finding]:
+    """The findings with a failing fact judged on no fitted threshold (padding_in_loss) after the numeric facts.
+
+    It comes ahead of the fitted rules' findings: it is certain, and every loss they read counts what it names. It
+    takes the place of healthy, and of unexplained_failure, whose failure it may explain.
+    """
+    kept = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
+    at = next((i for i, f in enumerate(kept) if f.verdict not in NUMERIC_FACTS or f.kind == WARNING), len(kept))
+    return [*kept[:at], fact, *kept[at:]]
 
 
 def _no_hidden_scaler(kept_at_step: list[float]) -> None:
@@ -729,6 +811,99 @@ def check_task(
         rows, labels = positions(out, targets)
         _check_labels(labels, rows, task.n_classes, loss_fn)  # each position a row, as the loss reads them
     return task, first, loss_fn
+
+
+class ShiftInTheLoop(Collector):
+    """The first training forward's output, held until its backward, to tell whether the loop shifts its targets.
+
+    A loop that hands the doctor a causal model's inputs as its targets and shifts them in its own loss (the logits
+    at t against token t + 1, `loss_fn(logits[:, :-1], tokens[:, 1:])`) would have every position read against
+    the wrong token, and the model computes no loss of its own for `causal_shift` to read. So the loss of the
+    first step is computed on its own forward's output against the targets as they are and `shifted`: where only
+    the shifted ones reproduce it (within 0.1%), the run is refused in one line (UnsupportedTask) that says to
+    hand the doctor the targets shifted. Read once; its hook is off after the first training forward.
+    """
+
+    def __init__(self, loop, loss_fn: Callable, fill: int):
+        self.loop, self.loss_fn, self.fill = loop, loss_fn, fill
+        self.output: torch.Tensor | None = None
+        self._hook = loop.model.register_forward_hook(self._forward)
+
+    def _forward(self, _model, _inputs, output) -> None:
+        if self.loop.own_forward or not torch.is_grad_enabled():
+            return
+        logits = self.loop.layout.output_or_none(output)
+        self.output = logits.detach() if torch.is_tensor(logits) and logits.dim() == 3 else None
+        self.close()
+
+    def judge(self, loss: torch.Tensor, targets: torch.Tensor | None) -> None:
+        """UnsupportedTask where the first step's `loss` is the loss of the output against the shifted targets only."""
+        self.close()
+        output, self.output = self.output, None
+        if output is None or not torch.is_tensor(targets) or output.shape[:2] != targets.shape:
+            return
+        with torch.no_grad():
+            seen = float(loss.detach())
+            try:
+                as_they_are, moved = (
+                    float(self.loss_fn(output, y.to(output.device))) for y in (targets, shifted(targets, 1, self.fill))
+                )
+            except Exception:  # noqa: BLE001 - a loss that cannot take them so shows nothing: nothing is said
+                return
+        close = [math.isclose(value, seen, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)]
+        if close == [False, True]:
+            raise UnsupportedTask(
+                f"the loop's loss on the first step ({seen:.4g}) scores the output at each position against the next"
+                " position's target, a shift made in the loop's own loss: hand the doctor the targets already"
+                " shifted (inputs tokens[:, :-1], targets tokens[:, 1:]), or a model that takes the labels and"
+                " computes its own loss"
+            )
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
+def causal_shift(
+    model: nn.Module, layout: BatchLayout, batch, inputs, targets: torch.Tensor, loss_fn: Callable | None, fill: int
+) -> int:
+    """1 where the model's own loss scores its output at each position against the next position's target, else 0.
+
+    A causal language model handed its inputs as labels shifts them itself (Hugging Face's convention: the logits
+    at t are scored against label t + 1, the last position against nothing) and returns its loss beside the
+    logits. Where the batch is a dict whose targets key the model's forward takes by name, the model is called
+    once more on the first batch, with those targets too (in eval mode, without gradients: the same logits its
+    loss is computed from), and `loss_fn` (the loop's, or the one the targets imply) is computed on its logits
+    against the targets as they are and `shifted` one position (`fill`, the loss's ignore_index, after the last).
+    The shift is 1 only where the shifted targets reproduce the model's own loss (within 0.1%, as the callbacks'
+    implied loss is checked) and the targets as they are do not: read from what the model computes, with nothing
+    assumed of its class or config. 0 where the model computes no loss of its own, or either way is unclear.
+    """
+    key = layout.targets if isinstance(layout.targets, str) else None
+    if isinstance(batch, Mapping) and key is None:
+        key = next((k for k, value in batch.items() if value is targets), None)
+    named = forward_signature(model)[2]
+    if loss_fn is None or key is None or not isinstance(inputs, Mapping) or not (named is None or key in named):
+        return 0
+    device = next(model.parameters()).device
+    try:
+        with eval_mode(model), torch.no_grad():
+            output = model(**to_device(inputs, device), **{key: targets.to(device)})
+            own = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+            if not (torch.is_tensor(own) and own.numel() == 1 and bool(torch.isfinite(own))):
+                return 0
+            logits = layout.output_of(output).detach()
+            labels = targets.to(logits.device)
+            if not (logits.dim() == 3 and logits.shape[:2] == labels.shape):
+                return 0
+            loss = PositionLoss.of(loss_fn, logits, labels)
+            as_they_are, moved = (float(loss(logits, y)) for y in (labels, shifted(labels, 1, fill)))
+    except Exception:  # noqa: BLE001 - a model or loss that cannot be called so shows no shift: none is read
+        return 0
+    own = float(own)
+    reproduces = [math.isclose(value, own, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)]
+    return 1 if reproduces == [False, True] else 0
 
 
 def _check_labels(targets: torch.Tensor, out: torch.Tensor, classes: int, loss_fn: Callable | None) -> None:

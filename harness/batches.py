@@ -24,7 +24,8 @@ Read without being told:
   them if it takes **kwargs), or the one other tensor;
 - an object with one targets attribute (TARGET_KEYS) and one inputs attribute (INPUT_KEYS).
 - the output: a tensor, or a dict or object with `logits` (a Hugging Face ModelOutput).
-Anything else raises `BatchError` with one line saying what to pass. The targets are always one tensor.
+Anything else raises `BatchError` with one line saying what to pass. The targets are always one tensor, read
+through `target_view` where one is set (a causal language model's labels, shifted to the positions that answer them).
 """
 
 import copy
@@ -203,6 +204,9 @@ class BatchLayout:
                     f"{name}={key!r}: give an int (a tuple item), a str (a dict key or attribute) or a function"
                 )
         self.inputs, self.targets, self.output = inputs, targets, output
+        # How the targets split from a batch are read, where not as they are: the doctor sets it at the first batch
+        # for a causal language model that shifts its labels itself (harness/targets.py: shifted).
+        self.target_view: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._signature = forward_signature(model)
         self._readers: dict[type, Callable] = {}  # per kind of batch: a function batch -> (inputs, targets)
         self._calls: dict[tuple, Callable] = {}  # per kind of inputs: how the model takes them
@@ -223,7 +227,7 @@ class BatchLayout:
             )
         if not torch.is_tensor(inputs) and not tensors(inputs):
             raise BatchError(f"the inputs of a {where} batch hold no tensor ({type(inputs).__name__}): {self._say()}")
-        return inputs, targets
+        return inputs, (targets if self.target_view is None else self.target_view(targets))
 
     def _say(self) -> str:
         return (
@@ -331,6 +335,7 @@ class BatchLayout:
         """The same layout for (inputs, targets) pairs this layout has split already (the same calls and output)."""
         twin = copy.copy(self)
         twin._readers = {tuple: lambda pair: pair}
+        twin.target_view = None  # the pairs' targets were read through it when they were split
         return twin
 
     def output_of(self, output) -> torch.Tensor:

@@ -23,7 +23,8 @@ time) position: each position is a row of V logits against one class index. Exam
 (the score, the class counts, the loss's name) reads positions. A position whose target lies outside the
 output's classes (the loss's ignore_index, -100 for padding in every collator) is left out, as for multiclass.
 The loop computes the loss on the positions (`loss_fn(logits.reshape(-1, V), targets.reshape(-1))`) or on the
-output as it is; `PositionLoss` calls the loop's loss the way it takes them.
+output as it is; `PositionLoss` calls the loop's loss the way it takes them. A causal language model that shifts
+its labels itself (scores the logits at t against label t + 1) is read on its targets `shifted` one to the left.
 
 `identify_loss` names the loss function by what it computes on one batch (so a lambda or a Keras-style
 function is named as well as an `nn.Module`): what the loss assumes the output is, and whether it applies its
@@ -99,6 +100,19 @@ def _is_sequence(targets: torch.Tensor, outputs: torch.Tensor) -> bool:
 def positions(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A sequence batch as multiclass rows: the (B * T, V) outputs and (B * T,) class indices of its positions."""
     return outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1)
+
+
+def shifted(targets: torch.Tensor, shift: int, fill: int) -> torch.Tensor:
+    """(B, T) targets moved `shift` positions to the left, the last `shift` positions set to `fill`.
+
+    The targets a causal language model's output answers when it is handed its inputs as labels and shifts them
+    itself (Hugging Face's convention: the logits at position t are scored against label t + 1): paired with the
+    output as it is, position by position. `fill` is a label the loss ignores (its ignore_index), so the last
+    positions, which answer nothing, are left out of every measurement as padding is.
+    """
+    moved = targets.new_full(targets.shape, fill)
+    moved[:, : targets.shape[1] - shift] = targets[:, shift:]
+    return moved
 
 
 class PositionLoss:

@@ -194,3 +194,20 @@ def test_a_label_outside_the_vocabulary_that_the_loss_does_not_ignore_is_refused
     doctor = Doctor(model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
     with pytest.raises(UnsupportedTask, match=r"class label -1 .* outside the model's 256 classes"):
         doctor.see((x, y))
+
+
+def test_a_loop_that_shifts_its_targets_in_its_own_loss_is_refused_in_one_line():
+    tokens = text(TRAIN_FILES)[: BATCH * (CONTEXT + 1)].reshape(BATCH, CONTEXT + 1)[:, :CONTEXT]
+    model = TinyLM()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    doctor = Doctor(model, optimizer, loss_fn)
+    with pytest.raises(UnsupportedTask, match=r"against the next position's target, a shift made in the loop's own"):
+        for x, y in doctor.watch([(tokens, tokens)] * 3):  # the targets are the inputs: the loss below shifts them
+            logits = model(x)
+            loss = loss_fn(logits[:, :-1].reshape(-1, VOCAB), y[:, 1:].reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+    assert doctor.steps == 0  # refused at the first step's backward, before any step was counted

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose
-from harness.targets import task_of
+from harness.targets import INDEX_TASKS, in_classes, shifted, task_of
 
 LOG = logging.getLogger("doctor")
 
@@ -149,23 +149,49 @@ class ImpliedLoss:
             return f"{name}, the loss the targets imply (it reproduced the training loss of the first batch)"
         return f"{name}, the loss the targets imply (not checked against the training loss)"
 
-    def check(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, strict: bool = True) -> None:
+    def check(
+        self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, strict: bool = True, items=None
+    ) -> None:
         """Check it against the training `loss` computed from `outputs` and `targets`: CannotJudge if it differs.
 
         A non-finite loss compares nothing (the next batch is checked). `strict=False` where the loss seen may not be
-        this batch's own mean (divided over a gradient-accumulation group): a miss leaves it unchecked.
+        this batch's own mean (divided over a gradient-accumulation group): a miss leaves it unchecked. `items`:
+        what the model divided its summed loss by in place of the positions it scored (the Trainer's
+        num_items_in_batch, counted over a whole accumulation group, and by the Trainer's own reading of the labels):
+        for class indices the two are then compared as sums, the implied loss times the labels it averages over
+        against the loss seen times `items`.
         """
         with torch.no_grad():
             computed, seen = float(self(outputs.detach(), targets)), float(loss.detach())
+            kind = self.task or task_of(targets, outputs)
+            if items is not None and kind in INDEX_TASKS:
+                computed *= int(in_classes(targets, outputs.shape[-1]).sum())  # the labels cross-entropy averages
+                seen *= float(items)
         if not (math.isfinite(computed) and math.isfinite(seen)):
             return
         self.checked = math.isclose(computed, seen, rel_tol=1e-3, abs_tol=1e-6)
         if strict and not self.checked:
-            raise CannotJudge(
-                f"no loss_fn was given, and the loss training computed on the first batch ({seen:.4g}) is not"
-                f" {IMPLIED_LOSSES[self.task or task_of(targets, outputs)][0]} ({computed:.4g}), the loss its targets"
-                " imply: pass the loss training computes from the model's output and the targets, loss_fn=..."
-            )
+            raise CannotJudge(self._refusal(outputs, targets, seen, computed))
+
+    def _refusal(self, outputs: torch.Tensor, targets: torch.Tensor, seen: float, computed: float) -> str:
+        """Why the training loss is not the implied one, in one line; a shift the loop made itself is named."""
+        kind = self.task or task_of(targets, outputs)
+        if kind == "sequence":
+            with torch.no_grad():
+                moved = float(self(outputs.detach(), shifted(targets, 1, -100)))
+            if math.isclose(moved, seen, rel_tol=1e-3, abs_tol=1e-6):
+                return (
+                    f"no loss_fn was given, and the loss training computed on the first batch ({seen:.4g}) scores the"
+                    " output at each position against the next position's target, a causal shift made where the"
+                    " doctor cannot read it from the model's own loss: give the batches targets already shifted"
+                    " (inputs tokens[:, :-1], targets tokens[:, 1:]), or have the model's forward take the labels"
+                    " and return its own loss"
+                )
+        return (
+            f"no loss_fn was given, and the loss training computed on the first batch ({seen:.4g}) is not"
+            f" {IMPLIED_LOSSES[kind][0]} ({computed:.4g}), the loss its targets imply: pass the loss training"
+            " computes from the model's output and the targets, loss_fn=..."
+        )
 
 
 class Outcome:

@@ -18,7 +18,10 @@ logits for multi-label rows, mean squared error for regression (doctor/integrati
 once it has reproduced the model's own loss on the first batch (else it gives up on the run in one line that says
 to pass loss_fn; a loss the Trainer has the model divide over an accumulation group is not compared, and the
 log says the loss was not checked). The doctor uses it to evaluate `validation` and the last training batches, to
-memorize, and as the training loss where the model returns none of its own.
+memorize, and as the training loss where the model returns none of its own. A language model's or a tagger's
+(batch, time, V) logits against (batch, time) labels are the sequence task; a causal language model, which shifts
+its labels itself, is read so from its own loss on the first batch (doctor/core.py: causal_shift), and padding
+its labels do not leave out is padding_in_loss (doctor/padding.py).
 
 A training that raises: a TrainerCallback hears of no exception (transformers 5 has no such event, and nothing of
 train() runs in a finally), so the callback takes the hooks off where an exception passes through code of its
@@ -196,7 +199,7 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
             # Without loss_fn: the loss the targets imply must give the model's own loss (ImpliedLoss); a miss ends
             # the doctor's part in the run (logged), not the run.
             with self._judging():
-                self.loss_used.check(logits, targets, loss, strict=not divided)
+                self.loss_used.check(logits, targets, loss, strict=not divided, items=kwargs.get(TRAINER_KWARGS[0]))
         if self.doctor is None:
             return
         if not torch.is_tensor(loss) or divided:

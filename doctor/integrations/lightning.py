@@ -13,7 +13,9 @@ the output the loss reads, and training_step must call it (self(x), not self.net
 module itself to read the task, to recompute a fresh gradient on census steps and to evaluate `validation`, and
 its forward hooks sit on the module. `loss_fn(output, targets)`, if given, must compute the loss as training_step
 does; without it the doctor evaluates with the loss the targets imply, once it has reproduced training_step's loss
-on the first batch's output (else it gives up on the run in one line that says to pass loss_fn).
+on the first batch's output (else it gives up on the run in one line that says to pass loss_fn). A module wrapping
+a Hugging Face causal language model gets the causal shift read from the model's own loss when its forward takes
+the labels and returns the model's output (doctor/core.py: causal_shift).
 
 With precision="16-mixed" the precision plugin's GradScaler is handed to the doctor, which then reads gradients
 unscaled. Lightning's own loss normalization (divided by accumulate_grad_batches) and the scaler's scale are

@@ -60,6 +60,10 @@ class Instruments:
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.keep_examples = keep_examples
         self.loop = loop = Loop(model, optimizer, loss_fn, self.layout, self.scaler, census_every)
+        # Called with each batch and its split (inputs, targets) before any collector sees it, while set: it returns
+        # them as the collectors are to see them (the doctor reads the task of its first batch there, and may read
+        # a causal model's targets shifted from then on).
+        self.first_look: Callable | None = None
         self.named_params = loop.named_params
         # Under a cost budget (the doctor's; harness/instruments/budget.py) the loop's reads around each optimizer
         # update are timed as the instruments' own, and the budget decides which cycles and censuses are read.
@@ -194,6 +198,8 @@ class Instruments:
     def _see(self, batch, waited_s: float) -> None:
         self.data_wait.add(waited_s)  # before the batch is read: a batch the layout refuses was still waited for
         inputs, targets = self.layout.split(batch)
+        if self.first_look is not None:
+            inputs, targets = self.first_look(batch, inputs, targets)
         self.loop.last_inputs, self.loop.last_targets = inputs, targets
         for collector in self._told(self._seeing, self._seeing_census, self._seeing_every):
             collector.see(inputs, targets)
