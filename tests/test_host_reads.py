@@ -26,8 +26,11 @@ CENSUS_EVERY = 8
 STEPS = 40
 
 
-def loop(doctor_kwargs: dict | None, nan_at: int | None = None, batch: int = 32, zero_grad: bool = True):
-    """A plain loop on a small classifier with dropout; the host reads of each step (None: without the doctor)."""
+def loop(doctor_kwargs: dict | None, nan_at: int | None = None, batch: int = 32, zero_grad: bool = True, plant=None):
+    """A plain loop on a small classifier with dropout; the host reads of each step (None: without the doctor).
+
+    `nan_at`: a NaN input in that step's batch; `plant(step, net, out)`: the step's output as the loop uses it.
+    """
     torch.manual_seed(0)
     x, y = torch.randn(512, 10), torch.randint(0, 3, (512,))
     if nan_at is not None:
@@ -40,8 +43,9 @@ def loop(doctor_kwargs: dict | None, nan_at: int | None = None, batch: int = 32,
     per_step, counted = [], 0
     with HostReads(where=True) as reads:
         # From one step's end to the next's: the doctor reads each batch (doctor.watch) before the loop body runs.
-        for xb, yb in doctor.watch(batches[:STEPS]) if doctor else batches[:STEPS]:
-            loss = loss_fn(net(xb), yb)
+        for step, (xb, yb) in enumerate(doctor.watch(batches[:STEPS]) if doctor else batches[:STEPS]):
+            out = net(xb)
+            loss = loss_fn(plant(step, net, out) if plant else out, yb)
             if zero_grad:
                 optimizer.zero_grad()
             loss.backward()
@@ -94,6 +98,37 @@ def test_a_nan_between_census_steps_is_found_at_the_next_with_its_step_and_origi
     origin = doctor.nonfinite.origin
     assert (origin.loss_step, origin.step, origin.what) == (11, 11, "inputs")
     assert origin.detail == "1 of 320 input values of the batch at step 11 were NaN or inf"
+
+
+def nan_weights_at_11(step, net, out):
+    if step == 10:
+        with torch.no_grad():
+            net[3].bias[1] = math.nan  # as an update that went wrong would leave it, for step 11
+    return out
+
+
+def nan_loss_at_11(step, net, out):
+    return out.log_softmax(1) * 0 + (math.inf if step == 11 else 0.0) * 0  # inf * 0: a NaN loss, finite outputs
+
+
+PLANTED = {
+    "the weights": (
+        nan_weights_at_11,
+        "weights",
+        "the weights 3.bias (norm nan) were non-finite after the update of step 10, whose gradients were finite",
+    ),
+    "the loss": (nan_loss_at_11, "loss", "inputs, weights and the model's outputs were finite (RMS output "),
+}
+
+
+@pytest.mark.parametrize("case", PLANTED)
+def test_what_went_nonfinite_first_on_a_step_between_census_steps_is_read_from_what_it_kept(case):
+    plant, what, detail = PLANTED[case]
+    per_step, reads, doctor = loop({"budget": None}, plant=plant)
+    assert not {step: n for step, n in enumerate(per_step) if n and step not in census_steps(doctor)}, reads.places
+    origin = doctor.nonfinite.origin
+    assert (origin.loss_step, origin.what) == (11, what), origin
+    assert origin.detail.startswith(detail), origin.detail
 
 
 def test_the_counter_counts_each_kind_of_read():

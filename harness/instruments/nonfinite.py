@@ -6,13 +6,13 @@ no record column: what it finds is `origin`, an `Origin`. The grid's cells leave
 
 It never reads a value back to the host between census steps (a read waits for the device: a sync). Each step
 it keeps what it would look at, on the model's device, and reads it all at the next census step (and as the run
-ends), in one read:
+ends, or after HOLD_AT_MOST steps where censuses are further apart), in one read:
 
 - every step: the loss (detached, as the loop computed it) and a reference to the step's inputs;
 - on the optimizer cycles the doctor's cost budget watches (all, without one) and on census cycles: the norm of
-  each trained parameter's gradient and of each parameter (one fused call: the sum of magnitudes, non-finite
-  exactly when a value is, short of a sum past the dtype's largest number), and what the step's training
-  forward gave (its count of NaN and inf values and its largest magnitude), read by a hook on the model's output.
+  each trained parameter's gradient, of each parameter and of the output of the step's training forward (handed
+  over by a hook on the model), in one fused call (the fastest there is on the CPU and on CUDA): NaN where a value
+  is NaN, inf where one is inf or where values past about 1e19 in magnitude square past float32's range.
 
 When that read finds a non-finite loss, the first one is known exactly (each step's loss is kept), and the doctor
 looks back along that step, before its optimizer.step(), in the order the values came about:
@@ -20,8 +20,9 @@ looks back along that step, before its optimizer.step(), in the order the values
 1. the weights (non-finite at initialization, or after the previous update; if an earlier step's gradients
    were non-finite while its loss was finite, those gradients came first);
 2. the step's inputs;
-3. the model's outputs, as that step's forward gave them (at a census step read on the step itself without a
-   record: its forward run again on those inputs without gradients, the weights not stepped yet);
+3. the model's outputs, as that step's forward gave them (read on the census step itself: how many values were
+   NaN or inf; where the hook saw no output, its forward run again on those inputs without gradients, the weights
+   not stepped yet; on an earlier step of the window, whether any was);
 4. the loss itself, when all of the above were finite.
 
 On a step the cost budget did not watch, the weights and outputs of that step were not kept: the inputs are still
@@ -41,6 +42,10 @@ import torch
 from harness.batches import tensors, to_device
 from harness.instruments.loop import Collector, Loop
 from harness.torch_private import norms
+
+# Steps kept at most between two reads: censuses far apart (a census_every of thousands, whose censuses below it
+# come at 0, 1, 2, 4, ...) would otherwise hold every step's batch; one read in this many steps costs nothing.
+HOLD_AT_MOST = 1024
 
 
 @dataclass(frozen=True)
@@ -80,21 +85,33 @@ def _names(names: Sequence[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def magnitudes(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Each tensor's sum of magnitudes, in one call, as one 1-d float tensor on the first tensor's device.
+def magnitudes(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's norm, in one call, as 0-d tensors on their devices; nothing is read back.
 
-    NaN or inf exactly where the tensor holds a NaN or an inf, or where its magnitudes add up past float32's
-    largest number (3.4e38: weights that far out overflow at the next step anyway). Nothing is read back.
+    NaN where the tensor holds a NaN; inf where it holds an inf, or values past about 1e19 in magnitude (their
+    squares overflow float32): only a norm read on the step itself can be told apart by looking at the values.
+    Stacked when read (`stacked`): a stack each step would cost as much again.
     """
-    device = tensors[0].device
-    # float16's own sums overflow at 65504: those are summed in float32 (bfloat16 has float32's range).
-    half = [i for i, t in enumerate(tensors) if t.dtype == torch.float16]
-    sums = norms(tensors, order=1) if not half else norms([t for t in tensors if t.dtype != torch.float16], order=1)
-    if half:
-        rest = iter(sums)
-        wide = {i: torch.linalg.vector_norm(tensors[i], 1, dtype=torch.float32) for i in half}
-        sums = [wide[i] if i in wide else next(rest) for i in range(len(tensors))]
-    return torch.stack([s.float().to(device, non_blocking=True) for s in sums])
+    # float16's own norms overflow at 65504: those are taken in float32 (bfloat16 has float32's range).
+    if not any(t.dtype == torch.float16 for t in tensors):
+        return list(norms(tensors))
+    rest = iter(norms([t for t in tensors if t.dtype != torch.float16]))
+    return [
+        torch.linalg.vector_norm(t, dtype=torch.float32) if t.dtype == torch.float16 else next(rest) for t in tensors
+    ]
+
+
+def stacked(values: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """0-d tensors as one float32 tensor on `device` (a copy from another device does not wait, but to the CPU)."""
+    if not values:
+        return torch.zeros(0, device=device)
+    blocking = device.type == "cpu"
+    return torch.stack(
+        [
+            v if v.dtype == torch.float32 and v.device == device else v.float().to(device, non_blocking=not blocking)
+            for v in values
+        ]
+    )
 
 
 @dataclass
@@ -105,10 +122,10 @@ class _Step:
     loss: torch.Tensor  # 0-d, detached: the loss, or the sum of a loss of several values
     inputs: object
     grad_names: list[str] | None = None  # the trained parameters with a gradient, in `magnitudes` order
-    magnitudes: torch.Tensor | None = None  # their gradients', then every parameter's (`named_params` order)
+    # Their gradients', then every parameter's (`named_params` order), then each training forward's output's.
+    magnitudes: list[torch.Tensor] | None = None
+    output_sizes: list[int] | None = None  # the values of each of those outputs
     previous_read: bool = False  # whether the step before it was watched (its gradients read)
-    # Per training forward of the step: ([its NaN and inf values, its largest |value|], its values).
-    outputs: list[tuple[torch.Tensor, int]] | None = None
 
 
 class NonFiniteWatch(Collector):
@@ -121,7 +138,7 @@ class NonFiniteWatch(Collector):
         self.gradients: tuple[int, list[str], float] | None = None  # (step, parameters, the finite loss then)
         self.reads = 0  # the reads back to the host so far (one per census step while all is finite)
         self._window: list[_Step] = []  # the steps since the last read, in order
-        self._outputs: list[tuple[torch.Tensor, int]] = []  # what the training forwards of the step under way gave
+        self._outputs: list[torch.Tensor] = []  # what the training forwards of the step under way gave
         self._last_recorded = -2  # the last step whose gradients were kept (the weights' message says so)
         self._hook = None
         self._arm()
@@ -147,11 +164,7 @@ class NonFiniteWatch(Collector):
         output = loop.layout.output_or_none(output)
         if not torch.is_tensor(output) or not output.numel() or not (output.is_floating_point()):
             return
-        with torch.no_grad():
-            out = output.detach()
-            low, high = torch.aminmax(out)
-            bad = torch.isfinite(out).logical_not_().sum().float()
-            self._outputs.append((torch.stack([bad, torch.maximum(low.abs(), high.abs()).float()]), out.numel()))
+        self._outputs.append(output.detach())  # measured with the gradients after backward, in the same call
 
     def after_backward(self, loss: torch.Tensor) -> None:
         """After backward and before optimizer.step(): keep the step; at a census step, read what was kept."""
@@ -160,49 +173,56 @@ class NonFiniteWatch(Collector):
         loop = self.loop
         loss = loss.detach()
         kept = _Step(loop.step, loss if loss.numel() == 1 else loss.sum(), loop.last_inputs)
+        outputs, self._outputs = self._outputs, []
         if self._recording(loop.census_now):
             grads = [(name, g) for name, p in self.trained if (g := p.grad) is not None and not g.is_sparse]
             with torch.no_grad():
-                kept.magnitudes = magnitudes([g for _, g in grads] + [p for _, p in self.named_params])
+                kept.magnitudes = magnitudes([g for _, g in grads] + [p for _, p in self.named_params] + outputs)
             kept.grad_names = [name for name, _ in grads]
-            kept.outputs = self._outputs or None
+            kept.output_sizes = [o.numel() for o in outputs]
             kept.previous_read = self._last_recorded == loop.step - 1
             self._last_recorded = loop.step
-        self._outputs = []
         self._window.append(kept)
-        if loop.census_now:
-            self._read(on_the_step=True)
+        if loop.census_now or len(self._window) >= HOLD_AT_MOST:
+            self._read(on_the_step=True, outputs=outputs)
         self._arm()
 
     # ----- census steps and the end: one read ----------------------------------------------------------------
-    def _read(self, on_the_step: bool) -> None:
+    def _read(self, on_the_step: bool, outputs: list[torch.Tensor] | None = None) -> None:
         """Read what was kept since the last read, in one read back; look back along the first non-finite loss.
 
-        `on_the_step`: read at the last kept step's backward, before its update (its weights are as they were).
+        `on_the_step`: read at the last kept step's backward, before its update (its weights are as they were);
+        `outputs` what that step's training forwards gave.
         """
         window, self._window = self._window, []
         if not window or self.origin is not None:
             return
         device = window[0].loss.device
         losses = torch.stack([s.loss.float().reshape(()).to(device) for s in window])
-        kept = [s.magnitudes.to(device) for s in window if s.magnitudes is not None]
+        kept = [m for s in window if s.magnitudes is not None for m in s.magnitudes]
         bad = torch.isfinite(losses).logical_not_().any()
         if kept:
-            bad |= torch.isfinite(torch.cat(kept)).logical_not_().any()
+            bad |= torch.isfinite(stacked(kept, device)).logical_not_().any()
         self.reads += 1
         if not bad.item():  # the one read of this census step
             return
         # Something was NaN or inf: the look back reads what it needs (once in a run).
         values = losses.double().tolist()
         first = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-        for step, value in zip(window[:first] if first is not None else window, values, strict=False):
+        for i, (step, value) in enumerate(zip(window, values, strict=True)):
+            if first is not None and i >= first:
+                break
             if step.magnitudes is not None and self.gradients is None and math.isfinite(value):
-                grads = step.magnitudes[: len(step.grad_names)].tolist()
+                grads = stacked(step.magnitudes[: len(step.grad_names)], device).tolist()
                 bad_grads = [name for name, v in zip(step.grad_names, grads, strict=True) if not math.isfinite(v)]
+                if bad_grads and on_the_step and i == len(window) - 1:  # the gradients are still there: counted
+                    grads = dict(self.trained)
+                    bad_grads = [name for name in step.grad_names if _count(grads[name].grad)[0]] or bad_grads
                 if bad_grads:
                     self.gradients = (step.step, bad_grads, value)
         if first is not None:
-            self.origin = self._origin(window[first], values[first], on_the_step and first == len(window) - 1)
+            now = on_the_step and first == len(window) - 1
+            self.origin = self._origin(window[first], values[first], now, outputs if now else None)
             self._arm()
 
     def close(self) -> None:
@@ -217,20 +237,31 @@ class NonFiniteWatch(Collector):
     def _weights_now(self) -> list[str]:
         return [name for name, p in self.named_params if _count(p)[0]]
 
-    def _origin(self, kept: _Step, value: float, on_the_step: bool) -> Origin:
+    def _origin(self, kept: _Step, value: float, on_the_step: bool, outputs: list[torch.Tensor] | None) -> Origin:
         step, inputs = kept.step, kept.inputs
 
         def found(what: str, detail: str, at: int = step) -> Origin:
             return Origin(step, value, what, at, detail)
 
-        if kept.magnitudes is not None:
-            weights = kept.magnitudes[len(kept.grad_names) :].tolist()
+        if on_the_step:
+            weights = self._weights_now()  # the step's own weights, not yet updated: counted
+        elif kept.magnitudes is not None:
+            at = len(kept.grad_names)
+            weights = stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist()
             weights = [name for (name, _), v in zip(self.named_params, weights, strict=True) if not math.isfinite(v)]
-        elif on_the_step:
-            weights = self._weights_now()
         else:
             weights = None  # a step the cost budget did not watch: its weights were not kept
         if weights:
+            if not on_the_step:  # read from the step's norms: an inf there may be values past 1e19
+                weights = [
+                    f"{name} (norm {v:g})"
+                    for name, v in zip(
+                        [n for n, _ in self.named_params],
+                        stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist(),
+                        strict=True,
+                    )
+                    if name in weights
+                ]
             if self.gradients is not None:
                 at, names, finite_loss = self.gradients
                 return found(
@@ -259,20 +290,34 @@ class NonFiniteWatch(Collector):
         bad, total = map(sum, zip(*(_count(t) for t in tensors(inputs)), strict=True))
         if bad:
             return found("inputs", f"{bad} of {total} input values of the batch at step {step} were NaN or inf")
-        if kept.outputs is not None:
-            read = torch.stack([o.to(kept.outputs[0][0].device) for o, _ in kept.outputs]).double().tolist()
-            bad_outputs, total_outputs = round(sum(r[0] for r in read)), sum(n for _, n in kept.outputs)
-            largest = max(r[1] for r in read)
+        if outputs:  # the census step's own: counted
+            bad_outputs, total_outputs = map(sum, zip(*(_count(o) for o in outputs), strict=True))
+            largest = max(float(o.abs().max()) for o in outputs)
         elif on_the_step:
-            outputs = self._forward_again(inputs)
-            if outputs is None:
+            again = self._forward_again(inputs)
+            if again is None:
                 return found(
                     "outputs or loss",
                     "inputs and weights were finite; the doctor could not run the forward again on the step's inputs,"
                     " so the model's outputs are unchecked",
                 )
-            bad_outputs, total_outputs = _count(outputs)
-            largest = float(outputs.detach().abs().max()) if outputs.numel() else 0.0
+            bad_outputs, total_outputs = _count(again)
+            largest = float(again.detach().abs().max()) if again.numel() else 0.0
+        elif kept.output_sizes:  # an earlier step of the window: whether its outputs were finite
+            sums = stacked(kept.magnitudes[len(kept.magnitudes) - len(kept.output_sizes) :], kept.loss.device).tolist()
+            total_outputs = sum(kept.output_sizes)
+            if not all(math.isfinite(v) for v in sums):
+                return found(
+                    "outputs",
+                    f"the model's outputs on the batch of step {step} held NaN or inf among their {total_outputs}"
+                    " values, from finite inputs and finite weights",
+                )
+            rms = math.sqrt(sum(v * v for v in sums) / max(total_outputs, 1))
+            return found(
+                "loss",
+                f"inputs, weights and the model's outputs were finite (RMS output {rms:.3g}), but the loss was"
+                f" {_kind(value)}",
+            )
         else:
             unchecked = "outputs" if weights is not None else "weights and outputs"
             return found(
