@@ -151,7 +151,7 @@ def lm_loop(batches: list, doctored: bool, reads: HostReads | None = None) -> tu
     return time.perf_counter() - start, per_step, doctor
 
 
-def transformer_overhead(steps: int = 100, repeats: int = 5) -> None:
+def transformer_overhead(steps: int = 100, repeats: int = 7) -> None:
     """Print the doctor's cost on a small causal LM's loop beside the bare loop, and the host reads it adds."""
     batches = text_batches(steps)
     lm_loop(batches[:10], doctored=True)  # first-use imports and caches, not timed

@@ -206,7 +206,7 @@ class NonFiniteWatch(Collector):
         self.reads += 1
         if not bad.item():  # the one read of this census step
             return
-        # Something was NaN or inf: the look back reads what it needs (once in a run).
+        # Something was NaN or inf (a NaN loss, or gradients a GradScaler will skip): the look back reads what it needs.
         values = losses.double().tolist()
         first = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
         for i, (step, value) in enumerate(zip(window, values, strict=True)):
