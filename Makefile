@@ -106,7 +106,7 @@ bench: setup ## measure grid wall vs its floor, start-up vs its floor, instrumen
 bench-engines: setup ## the 100-cell grid on a local Dask cluster against the joblib default (about 3 minutes)
 	$(BIN)/python bench/engines.py
 
-bench-doctor: setup ## the doctor's overhead on a user's loop, Lightning and Hugging Face, and its time to a verdict (about 3 minutes)
+bench-doctor: setup ## the doctor's overhead on a user's loop (an MLP, a transformer LM), Lightning and Hugging Face, and its time to a verdict (about 6 minutes)
 	$(BIN)/python bench/doctor_overhead.py
 	$(BIN)/python bench/integrations_overhead.py
 

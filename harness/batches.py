@@ -150,10 +150,11 @@ def input_rms(inputs) -> float:
     return float((values[0] if len(values) == 1 else torch.cat(values)).pow(2).mean().sqrt())
 
 
-def flat_rows(inputs, limit: int) -> torch.Tensor | None:
+def flat_rows(inputs, limit: int, to_host: bool = True) -> torch.Tensor | None:
     """The first `limit` examples as one float row each (every input flattened and laid side by side), on the CPU.
 
-    None unless every input is floating point (token ids are not features a linear model can read).
+    None unless every input is floating point (token ids are not features a linear model can read). With
+    `to_host=False` they stay on the inputs' device (a copy to the CPU waits for the device).
     """
     parts = tensors(inputs)
     if not parts or not all(t.is_floating_point() and t.dim() >= 1 for t in parts):
@@ -161,7 +162,8 @@ def flat_rows(inputs, limit: int) -> torch.Tensor | None:
     n = min(len(parts[0]), limit)
     if any(len(t) < n for t in parts):
         return None
-    return torch.cat([t[:n].detach().reshape(n, -1).float().cpu() for t in parts], dim=1)
+    flat = torch.cat([t[:n].detach().reshape(n, -1).float() for t in parts], dim=1)
+    return flat.cpu() if to_host else flat
 
 
 # ----- the model's forward: what it takes --------------------------------------------------------------------------

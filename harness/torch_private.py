@@ -23,10 +23,6 @@ may differ from the fallback's in its last bits.
   fallback `t.abs().max()` per tensor. `_foreach_max` is new in torch 2.4 (pytorch/pytorch#127187).
 - `torch._foreach_mul` by 1.0 (`copies`) and `torch._foreach_sub` (`differences`): the weights before an
   update and the update itself; fallbacks `t.detach().clone()` and `a - b` per tensor.
-- `torch._amp_foreach_non_finite_check_and_unscale_` (`flag_nonfinite`): GradScaler's own NaN/inf check of
-  all the gradients in one call (about a seventh of the cost of their norms on a small model), at a scale of 1
-  so that the gradients are left bit for bit as they were; fallback `torch.isfinite` per tensor, also used for
-  tensors the kernel refuses (on another device than the flag, of a dtype it does not take).
 
 Private state with no public equivalent:
 
@@ -121,7 +117,6 @@ FOREACH = ("_foreach_norm", "_foreach_abs", "_foreach_max", "_foreach_mul", "_fo
 # Which private features this torch has, found once at import; a test switches each off to run its fallback.
 FEATURES: dict[str, bool] = {
     **{f"torch.{name}": hasattr(torch, name) for name in FOREACH},
-    "torch._amp_foreach_non_finite_check_and_unscale_": hasattr(torch, "_amp_foreach_non_finite_check_and_unscale_"),
     "Tensor._backward_hooks": _hook_table_can_be_dropped(),
     "Tensor._version": _version_counts_inplace_writes(),
     "Tensor._base": _base_names_a_views_tensor(),
@@ -165,29 +160,6 @@ def differences(minuends: list[torch.Tensor], subtrahends: list[torch.Tensor]) -
     if FEATURES["torch._foreach_sub"]:
         return list(torch._foreach_sub(minuends, subtrahends))
     return [a - b for a, b in zip(minuends, subtrahends, strict=True)]
-
-
-_ONES: dict[torch.device, torch.Tensor] = {}  # the scale of 1 the fused check multiplies by, per device
-
-
-def flag_nonfinite(tensors: list[torch.Tensor], found: torch.Tensor) -> None:
-    """Set `found` (one float element) to 1 if any tensor holds a NaN or an inf; else leave it. No host sync.
-
-    The tensors are left as they were: the fused check multiplies them by 1 in place, which is exact.
-    """
-    if not tensors:
-        return
-    if FEATURES["torch._amp_foreach_non_finite_check_and_unscale_"]:
-        one = _ONES.get(found.device)
-        if one is None:
-            one = _ONES[found.device] = torch.ones(1, device=found.device)
-        try:
-            torch._amp_foreach_non_finite_check_and_unscale_(tensors, found, one)
-            return
-        except (RuntimeError, TypeError):  # tensors on another device than `found`, or of a dtype it does not take
-            pass
-    nonfinite = torch.stack([(~torch.isfinite(t)).any().to(found.device) for t in tensors]).any()
-    found.copy_(torch.maximum(found, nonfinite.to(found.dtype)))
 
 
 # ----- private state: read where torch keeps it, or say it cannot be read ------------------------------------------

@@ -14,7 +14,7 @@ from torch import nn
 
 from harness import torch_private
 from harness.instruments import Instruments
-from harness.instruments.nonfinite import _all_finite
+from harness.instruments.nonfinite import magnitudes, stacked
 from harness.torch_private import FEATURES
 
 # The features whose fallback gives the same measurements; the two GradScaler ones and the engine's callback queue
@@ -25,7 +25,6 @@ SAME_NUMBERS = [
     "torch._foreach_max",
     "torch._foreach_mul",
     "torch._foreach_sub",
-    "torch._amp_foreach_non_finite_check_and_unscale_",
     "Tensor._backward_hooks",
     "Tensor._version",
     "Tensor._base",
@@ -92,38 +91,15 @@ def test_each_fused_list_operation_gives_the_numbers_of_its_per_tensor_fallback(
     assert all(torch.equal(copy, t) or t.isnan().any() for copy, t in zip(fast[3], tensors, strict=True))
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "fallback"])
-def test_the_nonfinite_flag_is_set_by_a_nan_or_an_inf_and_leaves_the_tensors_as_they_were(monkeypatch, fused):
-    if not fused:
-        switched_off(monkeypatch, "torch._amp_foreach_non_finite_check_and_unscale_")
-    finite = [t.nan_to_num(0.0, 0.0, 0.0) for t in awkward_tensors(torch.float32)]
-    kept = [t.clone() for t in finite]
-    for tensors, expected in [
-        (finite, 0.0),
-        ([*finite, torch.tensor([1.0, math.inf])], 1.0),
-        ([torch.full((3,), math.nan)], 1.0),
-    ]:
-        found = torch.zeros(1)
-        torch_private.flag_nonfinite(tensors, found)
-        assert found.tolist() == [expected]
-    assert all(torch.equal(a, b) for a, b in zip(finite, kept, strict=True))
-    found = torch.ones(1)  # a flag already set stays set
-    torch_private.flag_nonfinite(finite, found)
-    assert found.tolist() == [1.0]
-    mixed = [torch.ones(3, dtype=torch.float64), torch.tensor([math.inf], dtype=torch.bfloat16)]
-    found = torch.zeros(1)
-    torch_private.flag_nonfinite(mixed, found)  # dtypes the fused kernel may refuse together: checked one by one
-    assert found.tolist() == [1.0]
-
-
 @pytest.mark.parametrize("bad", [None, math.nan, math.inf])
 def test_the_doctors_per_step_check_reads_the_same_through_the_fallback(monkeypatch, bad):
     grads = [t.nan_to_num(0.0, 0.0, 0.0) for t in awkward_tensors(torch.float32)]
     if bad is not None:
         grads[2][0, 0] = bad
-    fast = _all_finite(torch.tensor(1.0), grads)
-    switched_off(monkeypatch, "torch._amp_foreach_non_finite_check_and_unscale_")
-    assert _all_finite(torch.tensor(1.0), grads) == fast == (bad is None)
+    fast = torch.isfinite(stacked(magnitudes(grads), torch.device("cpu"))).tolist()
+    switched_off(monkeypatch, "torch._foreach_norm")
+    assert torch.isfinite(stacked(magnitudes(grads), torch.device("cpu"))).tolist() == fast
+    assert fast == [bad is None or i != 2 for i in range(len(grads))]
 
 
 # ----- the instruments on a small loop, with each feature switched off ----------------------------------------------

@@ -53,7 +53,9 @@ class Activations(Collector):
         self._init_state: dict | None = None  # the weights at the first step, while a small probe grows
 
     def see(self, inputs, targets) -> None:
-        if self._init_state is not None and not self.probe.growing:  # this batch completed the probe
+        # The probe is complete: the census on the initial weights, at the next census step (it reads its values
+        # back to the host, which waits for the device; between census steps the instruments read nothing).
+        if self._init_state is not None and not self.probe.growing and self.loop.census_next:
             self._census_at_init()
 
     def after_backward(self, loss) -> None:

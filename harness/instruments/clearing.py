@@ -51,7 +51,9 @@ class GradientClearing(Collector):
 
     def __init__(self, loop: Loop):
         self.loop = loop
-        self.carried_steps = 0  # optimizer steps whose first backward found .grad not cleared
+        # Optimizer steps whose first backward found .grad not cleared: counted on the gradient's device, read with
+        # the columns (a read per step would wait for the device each step).
+        self._carried: torch.Tensor | int = 0
         self.checked_steps = 0
         self._check_due = False  # the first backward after an optimizer step looks at .grad once
         self._gradient_hooks: list = []
@@ -102,7 +104,8 @@ class GradientClearing(Collector):
         self._check_due = False
         self.checked_steps += 1
         held = param.grad
-        self.carried_steps += int(held is not None and bool(held.ne(0).any()))
+        if held is not None:
+            self._carried = self._carried + held.ne(0).any()
 
     def _read_exactly(self) -> None:
         """From now on the hook reads the watched parameter's .grad before each step's first gradient is added."""
@@ -137,6 +140,11 @@ class GradientClearing(Collector):
         self._step_hook.remove()
         for param, hook in self._gradient_hooks:
             unhook(param, hook)
+
+    @property
+    def carried_steps(self) -> int:
+        """Optimizer steps whose first backward found .grad not cleared (a read back to the host)."""
+        return int(self._carried)
 
     def columns(self, final: bool) -> dict:
         share = self.carried_steps / self.checked_steps if self.checked_steps else math.nan

@@ -2,7 +2,9 @@
 
 No column of its own: quick references (a ridge classifier, nearest neighbours) trained on these examples are the
 run's own yardsticks, what simple models reach on the same features and labels. The examples are kept on the
-CPU as they are seen, inputs flattened to rows; the targets become class indices once the task is known.
+CPU, inputs flattened to rows; the targets become class indices once the task is known. Those of a batch on an
+accelerator stay on its device until the next census step (a copy to the CPU waits for the device: the instruments
+read nothing back between census steps).
 """
 
 import numpy as np
@@ -18,15 +20,24 @@ class KeptExamples(Collector):
 
     def __init__(self, loop: Loop, limit: int):
         self.loop, self.limit = loop, limit
-        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # on the CPU from the next census step on
         self.n_kept = 0
+        self._on_device = 0  # the last kept entries not yet copied to the CPU
 
     def see(self, inputs, targets) -> None:
         if self.n_kept < self.limit:
-            kept = example_rows(inputs, targets, self.limit - self.n_kept)
+            kept = example_rows(inputs, targets, self.limit - self.n_kept, to_host=False)
             if kept is not None:
                 self.kept.append(kept)
                 self.n_kept += len(kept[1])
+                self._on_device += 1
+        if self._on_device and self.loop.census_next:  # the step about to run is a census step: reads are due
+            self._to_host()
+
+    def _to_host(self) -> None:
+        fresh = len(self.kept) - self._on_device
+        self.kept[fresh:] = [(x.cpu(), y.cpu()) for x, y in self.kept[fresh:]]
+        self._on_device = 0
 
     def examples(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The distinct training examples among the first the loop was fed, inputs flattened to rows, in order.
@@ -37,6 +48,7 @@ class KeptExamples(Collector):
         """
         if not self.kept or self.loop.task == "sequence":  # a label per position: no example's label to fit
             return None
+        self._to_host()
         try:
             x = torch.cat([x for x, _ in self.kept])
             y = class_labels(torch.cat([y for _, y in self.kept]), self.loop.task)

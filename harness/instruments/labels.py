@@ -21,6 +21,11 @@ from harness.instruments.signals import entropy
 from harness.targets import INDEX_TASKS, class_labels, in_classes
 
 BATCH_DRAWS = 256  # random batches the label mix is compared with
+# The labels are counted in bulk at a census step once this many batches or values are pending (a count reads its
+# result back to the host, which waits for the device: between census steps the instruments read nothing), or
+# anywhere once HOLD_AT_MOST times as many are, so that what waits is bounded whatever the census schedule.
+FLUSH_BATCHES, FLUSH_VALUES = 1024, 1 << 18
+HOLD_AT_MOST = 16
 
 
 def _left_in(labels: torch.Tensor, sizes: list[int], valid: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
@@ -77,7 +82,8 @@ class Labels(Collector):
         self._pending_labels.append(targets.detach() if targets.requires_grad else targets)
         self._pending_values += targets.numel()
         # Counted in bulk, as seldom as memory allows: a flush costs about half a step whatever its size.
-        if (len(self._pending_labels) >= 1024 or self._pending_values >= 1 << 18) and self.loop.task is not None:
+        over = max(len(self._pending_labels) / FLUSH_BATCHES, self._pending_values / FLUSH_VALUES)
+        if over >= 1 and (self.loop.census_next or over >= HOLD_AT_MOST) and self.loop.task is not None:
             self._flush()
 
     def _flush(self) -> None:

@@ -34,15 +34,17 @@ class LossCurves(Collector):
     def __init__(self, loop: Loop):
         self.loop = loop
         self.losses: list[torch.Tensor] = []  # detached, so the loop never waits on a device sync
-        self.first_loss = math.nan
         self.validation: list[tuple[int, float, float]] = []
         self._spikes_found: list[int] = []  # the spikes of the first `_spikes_upto` losses, measured already
         self._spikes_upto = 0
 
     def after_backward(self, loss: torch.Tensor) -> None:
         self.losses.append(loss.detach())
-        if self.loop.step == 0:
-            self.first_loss = float(self.losses[0])
+
+    @property
+    def first_loss(self) -> float:
+        """The loss of the first batch (a read back to the host: taken with the columns, never per step)."""
+        return float(self.losses[0]) if self.losses else math.nan
 
     def log_validation(self, step: int, loss: float, accuracy: float) -> None:
         self.validation.append((step, loss, accuracy))

@@ -4,17 +4,30 @@ The doctor turns it on (Instruments(watch_nonfinite=True)): any NaN or inf train
 `nonfinite_loss` (analysis/checks/numerics.py, judged in doctor/core.py), ahead of every fitted rule. It declares
 no record column: what it finds is `origin`, an `Origin`. The grid's cells leave it off.
 
-What it costs: once a step, until the first non-finite loss, one fused check of every gradient for NaN and inf
-(the kernel GradScaler uses, at a scale of 1: it leaves the gradients bit for bit as they were) and one read of
-the loss and that check together (a single device sync on an accelerator). At the first non-finite loss, still
-before optimizer.step(), the doctor looks back along the step, in the order the values came about:
+It never reads a value back to the host between census steps (a read waits for the device: a sync). Each step
+it keeps what it would look at, on the model's device, and reads it all at the next census step (and as the run
+ends, or after HOLD_AT_MOST steps where censuses are further apart), in one read:
+
+- every step: the loss (detached, as the loop computed it) and a reference to the step's inputs;
+- on the optimizer cycles the doctor's cost budget watches (all, without one) and on census cycles: the norm of
+  each trained parameter's gradient, of each parameter and of the output of the step's training forward (handed
+  over by a hook on the model), in one fused call (the fastest there is on the CPU and on CUDA): NaN where a value
+  is NaN, inf where one is inf or where values past about 1e19 in magnitude square past float32's range.
+
+When that read finds a non-finite loss, the first one is known exactly (each step's loss is kept), and the doctor
+looks back along that step, before its optimizer.step(), in the order the values came about:
 
 1. the weights (non-finite at initialization, or after the previous update; if an earlier step's gradients
    were non-finite while its loss was finite, those gradients came first);
 2. the step's inputs;
-3. the model's outputs, by running its forward again on those inputs without gradients (the weights have not
-   been stepped yet, so this is the forward that produced the loss);
+3. the model's outputs, as that step's forward gave them (read on the census step itself: how many values were
+   NaN or inf; where the hook saw no output, its forward run again on those inputs without gradients, the weights
+   not stepped yet; on an earlier step of the window, whether any was);
 4. the loss itself, when all of the above were finite.
+
+On a step the cost budget did not watch, the weights and outputs of that step were not kept: the inputs are still
+checked, and the finding says what was left unchecked. The training goes on meanwhile: a NaN is noticed at the
+next census step, at most `census_every` steps later (50 by default), or at the end of the run.
 
 It sees the model, the batches and the loss only: nothing here knows of any planted fault. It runs last of the
 collectors after backward, when every other collector has read the step.
@@ -28,7 +41,11 @@ import torch
 
 from harness.batches import tensors, to_device
 from harness.instruments.loop import Collector, Loop
-from harness.torch_private import flag_nonfinite
+from harness.torch_private import norms
+
+# Steps kept at most between two reads: censuses far apart (a census_every of thousands, whose censuses below it
+# come at 0, 1, 2, 4, ...) would otherwise hold every step's batch; one read in this many steps costs nothing.
+HOLD_AT_MOST = 1024
 
 
 @dataclass(frozen=True)
@@ -68,49 +85,183 @@ def _names(names: Sequence[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
+def magnitudes(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's norm, in one call, as 0-d tensors on their devices; nothing is read back.
+
+    NaN where the tensor holds a NaN; inf where it holds an inf, or values past about 1e19 in magnitude (their
+    squares overflow float32): only a norm read on the step itself can be told apart by looking at the values.
+    Stacked when read (`stacked`): a stack each step would cost as much again.
+    """
+    # float16's own norms overflow at 65504: those are taken in float32 (bfloat16 has float32's range).
+    if not any(t.dtype == torch.float16 for t in tensors):
+        return list(norms(tensors))
+    rest = iter(norms([t for t in tensors if t.dtype != torch.float16]))
+    return [
+        torch.linalg.vector_norm(t, dtype=torch.float32) if t.dtype == torch.float16 else next(rest) for t in tensors
+    ]
+
+
+def stacked(values: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """0-d tensors as one float32 tensor on `device` (a copy from another device does not wait, but to the CPU)."""
+    if not values:
+        return torch.zeros(0, device=device)
+    blocking = device.type == "cpu"
+    return torch.stack(
+        [
+            v if v.dtype == torch.float32 and v.device == device else v.float().to(device, non_blocking=not blocking)
+            for v in values
+        ]
+    )
+
+
+@dataclass
+class _Step:
+    """One step as the watch keeps it until the next read: the loss, the inputs, and what a watched cycle read."""
+
+    step: int
+    loss: torch.Tensor  # 0-d, detached: the loss, or the sum of a loss of several values
+    inputs: object
+    grad_names: list[str] | None = None  # the trained parameters with a gradient, in `magnitudes` order
+    # Their gradients', then every parameter's (`named_params` order), then each training forward's output's.
+    magnitudes: list[torch.Tensor] | None = None
+    output_sizes: list[int] | None = None  # the values of each of those outputs
+    previous_read: bool = False  # whether the step before it was watched (its gradients read)
+
+
 class NonFiniteWatch(Collector):
-    """Checks each step for a non-finite loss (and, before it, non-finite gradients); see the module docstring."""
+    """Keeps each step's loss, and more on watched cycles, on the device; reads them at census steps."""
 
     def __init__(self, loop: Loop):
         self.loop, self.model, self.named_params = loop, loop.model, loop.named_params
-        self.trained = [p for _, p in self.named_params if p.requires_grad]  # the per-step check reads their gradients
+        self.trained = [(name, p) for name, p in self.named_params if p.requires_grad]
         self.origin: Origin | None = None
         self.gradients: tuple[int, list[str], float] | None = None  # (step, parameters, the finite loss then)
-        self.check_gradients = True
+        self.reads = 0  # the reads back to the host so far (one per census step while all is finite)
+        self._window: list[_Step] = []  # the steps since the last read, in order
+        self._outputs: list[torch.Tensor] = []  # what the training forwards of the step under way gave
+        self._last_recorded = -2  # the last step whose gradients were kept (the weights' message says so)
+        self._hook = None
+        self._arm()
+        self._step_read = loop.after_update(lambda *_: self._arm())  # the next cycle may be watched or not
+
+    # ----- every step: keep, read nothing --------------------------------------------------------------------
+    def _recording(self, census: bool) -> bool:
+        return self.loop.watching or census
+
+    def _arm(self) -> None:
+        """Hook the model's output exactly while the next forward is to be kept: a hook costs its call every step."""
+        wanted = self.origin is None and self._recording(self.loop.census_next)
+        if wanted and self._hook is None:
+            self._hook = self.model.register_forward_hook(self._after_forward)
+        elif not wanted and self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _after_forward(self, _model, _inputs, output) -> None:
+        loop = self.loop
+        if loop.own_forward or not torch.is_grad_enabled():
+            return  # the instruments' own looks, and evaluations: not the step's forward
+        output = loop.layout.output_or_none(output)
+        if not torch.is_tensor(output) or not output.numel() or not (output.is_floating_point()):
+            return
+        self._outputs.append(output.detach())  # measured with the gradients after backward, in the same call
 
     def after_backward(self, loss: torch.Tensor) -> None:
-        """After backward and before optimizer.step(): the step's loss and gradients, and its inputs if it failed."""
-        step, inputs = self.loop.step, self.loop.last_inputs
+        """After backward and before optimizer.step(): keep the step; at a census step, read what was kept."""
         if self.origin is not None:
             return  # found: the rest of the run cannot say more about where it started
-        # The gradients on the optimizer cycles the doctor's cost budget watches (all, without one); the loss always.
-        if not self.loop.watching and loss.is_cpu and loss.dim() == 0:
-            if math.isfinite(loss.item()):  # the loss alone, on the CPU: one read, the cheapest check there is
-                return
-        elif _all_finite(loss, self._gradients()):
-            return
+        loop = self.loop
         loss = loss.detach()
-        value = loss.item() if loss.numel() == 1 else loss.sum().item()
-        if math.isfinite(value):
-            bad = [name for name, p in self.named_params if p.grad is not None and _count(p.grad)[0]]
-            if bad and self.gradients is None:
-                self.gradients = (step, bad, value)
-            self.check_gradients = False  # found: from here on the loss alone is checked
+        kept = _Step(loop.step, loss if loss.numel() == 1 else loss.sum(), loop.last_inputs)
+        outputs, self._outputs = self._outputs, []
+        if self._recording(loop.census_now):
+            grads = [(name, g) for name, p in self.trained if (g := p.grad) is not None and not g.is_sparse]
+            with torch.no_grad():
+                kept.magnitudes = magnitudes([g for _, g in grads] + [p for _, p in self.named_params] + outputs)
+            kept.grad_names = [name for name, _ in grads]
+            kept.output_sizes = [o.numel() for o in outputs]
+            kept.previous_read = self._last_recorded == loop.step - 1
+            self._last_recorded = loop.step
+        self._window.append(kept)
+        if loop.census_now or len(self._window) >= HOLD_AT_MOST:
+            self._read(on_the_step=True, outputs=outputs)
+        self._arm()
+
+    # ----- census steps and the end: one read ----------------------------------------------------------------
+    def _read(self, on_the_step: bool, outputs: list[torch.Tensor] | None = None) -> None:
+        """Read what was kept since the last read, in one read back; look back along the first non-finite loss.
+
+        `on_the_step`: read at the last kept step's backward, before its update (its weights are as they were);
+        `outputs` what that step's training forwards gave.
+        """
+        window, self._window = self._window, []
+        if not window or self.origin is not None:
             return
-        self.origin = self._origin(step, value, inputs)
+        device = window[0].loss.device
+        losses = torch.stack([s.loss.float().reshape(()).to(device) for s in window])
+        kept = [m for s in window if s.magnitudes is not None for m in s.magnitudes]
+        bad = torch.isfinite(losses).logical_not_().any()
+        if kept:
+            bad |= torch.isfinite(stacked(kept, device)).logical_not_().any()
+        self.reads += 1
+        if not bad.item():  # the one read of this census step
+            return
+        # Something was NaN or inf (a NaN loss, or gradients a GradScaler will skip): the look back reads what it needs.
+        values = losses.double().tolist()
+        first = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+        for i, (step, value) in enumerate(zip(window, values, strict=True)):
+            if first is not None and i >= first:
+                break
+            if step.magnitudes is not None and self.gradients is None and math.isfinite(value):
+                grads = stacked(step.magnitudes[: len(step.grad_names)], device).tolist()
+                bad_grads = [name for name, v in zip(step.grad_names, grads, strict=True) if not math.isfinite(v)]
+                if bad_grads and on_the_step and i == len(window) - 1:  # the gradients are still there: counted
+                    grads = dict(self.trained)
+                    bad_grads = [name for name in step.grad_names if _count(grads[name].grad)[0]] or bad_grads
+                if bad_grads:
+                    self.gradients = (step.step, bad_grads, value)
+        if first is not None:
+            now = on_the_step and first == len(window) - 1
+            self.origin = self._origin(window[first], values[first], now, outputs if now else None)
+            self._arm()
 
-    def _gradients(self) -> list[torch.Tensor]:
-        """The gradients the check reads: every trained parameter's, until a non-finite one was found."""
-        if not (self.check_gradients and self.loop.watching):
-            return []
-        return [g for p in self.trained if (g := p.grad) is not None and not g.is_sparse]
+    def close(self) -> None:
+        """The run is over: read what was kept since the last census step, and take the hooks off."""
+        self._read(on_the_step=False)
+        self._step_read.remove()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
-    def _origin(self, step: int, value: float, inputs) -> Origin:
+    # ----- the look back -----------------------------------------------------------------------------------
+    def _weights_now(self) -> list[str]:
+        return [name for name, p in self.named_params if _count(p)[0]]
+
+    def _origin(self, kept: _Step, value: float, on_the_step: bool, outputs: list[torch.Tensor] | None) -> Origin:
+        step, inputs = kept.step, kept.inputs
+
         def found(what: str, detail: str, at: int = step) -> Origin:
             return Origin(step, value, what, at, detail)
 
-        weights = [name for name, p in self.named_params if _count(p)[0]]
+        if on_the_step:
+            weights = self._weights_now()  # the step's own weights, not yet updated: counted
+        elif kept.magnitudes is not None:
+            at = len(kept.grad_names)
+            weights = stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist()
+            weights = [name for (name, _), v in zip(self.named_params, weights, strict=True) if not math.isfinite(v)]
+        else:
+            weights = None  # a step the cost budget did not watch: its weights were not kept
         if weights:
+            if not on_the_step:  # read from the step's norms: an inf there may be values past 1e19
+                weights = [
+                    f"{name} (norm {v:g})"
+                    for name, v in zip(
+                        [n for n, _ in self.named_params],
+                        stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist(),
+                        strict=True,
+                    )
+                    if name in weights
+                ]
             if self.gradients is not None:
                 at, names, finite_loss = self.gradients
                 return found(
@@ -125,7 +276,9 @@ class NonFiniteWatch(Collector):
                     "weights at initialization", f"the weights {_names(weights)} were non-finite before any update"
                 )
             checked = (
-                "were finite" if self.check_gradients else "the doctor had stopped checking (their norm overflowed)"
+                "were finite"
+                if kept.previous_read
+                else "were not read (a cycle the doctor's cost budget did not watch)"
             )
             return found(
                 "weights",
@@ -137,21 +290,48 @@ class NonFiniteWatch(Collector):
         bad, total = map(sum, zip(*(_count(t) for t in tensors(inputs)), strict=True))
         if bad:
             return found("inputs", f"{bad} of {total} input values of the batch at step {step} were NaN or inf")
-        outputs = self._forward_again(inputs)
-        if outputs is None:
+        if outputs:  # the census step's own: counted
+            bad_outputs, total_outputs = map(sum, zip(*(_count(o) for o in outputs), strict=True))
+            largest = max(float(o.abs().max()) for o in outputs)
+        elif on_the_step:
+            again = self._forward_again(inputs)
+            if again is None:
+                return found(
+                    "outputs or loss",
+                    "inputs and weights were finite; the doctor could not run the forward again on the step's inputs,"
+                    " so the model's outputs are unchecked",
+                )
+            bad_outputs, total_outputs = _count(again)
+            largest = float(again.detach().abs().max()) if again.numel() else 0.0
+        elif kept.output_sizes:  # an earlier step of the window: whether its outputs were finite
+            sums = stacked(kept.magnitudes[len(kept.magnitudes) - len(kept.output_sizes) :], kept.loss.device).tolist()
+            total_outputs = sum(kept.output_sizes)
+            if not all(math.isfinite(v) for v in sums):
+                return found(
+                    "outputs",
+                    f"the model's outputs on the batch of step {step} held NaN or inf among their {total_outputs}"
+                    " values, from finite inputs and finite weights",
+                )
+            rms = math.sqrt(sum(v * v for v in sums) / max(total_outputs, 1))
+            return found(
+                "loss",
+                f"inputs, weights and the model's outputs were finite (RMS output {rms:.3g}), but the loss was"
+                f" {_kind(value)}",
+            )
+        else:
+            unchecked = "outputs" if weights is not None else "weights and outputs"
             return found(
                 "outputs or loss",
-                "inputs and weights were finite; the doctor could not run the forward again on the step's inputs, so"
-                " the model's outputs are unchecked",
+                f"the inputs were finite; step {step} was a cycle the doctor's cost budget did not watch in full, so"
+                f" its {unchecked} are unchecked",
             )
-        bad, total = _count(outputs)
-        if bad:
+        if bad_outputs:
             return found(
                 "outputs",
-                f"the model's outputs on the batch of step {step} had {bad} of {total} values NaN or inf, from finite"
+                f"the model's outputs on the batch of step {step} had {bad_outputs} of {total_outputs} values NaN or"
+                " inf, from finite"
                 " inputs and finite weights",
             )
-        largest = float(outputs.detach().abs().max()) if outputs.numel() else 0.0
         return found(
             "loss",
             f"inputs, weights and the model's outputs were finite (largest |output| {largest:.3g}), but the loss was"
@@ -178,45 +358,3 @@ class NonFiniteWatch(Collector):
                 for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
                     buffer.copy_(saved)
         return outputs if torch.is_tensor(outputs) else None
-
-
-_FOUND: dict[torch.device, torch.Tensor] = {}  # the check's count of hits, per device: zeroed again only after a hit
-
-
-def _all_finite(loss: torch.Tensor, grads: list[torch.Tensor]) -> bool:
-    """Whether the loss and every gradient are free of NaN and inf.
-
-    The gradients are checked by GradScaler's own fused kernel where torch has it (one call for all of them, about
-    a seventh of the cost of their norms on a small model; harness/torch_private.py: `flag_nonfinite`), which
-    leaves them as they were. Gradients on several devices, or of a dtype the kernel does not take, are checked
-    one by one with torch.isfinite.
-    """
-    loss = loss.detach()
-    if not grads and loss.is_cpu:
-        return math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item())  # the loss alone: one read
-    found = _found(loss.device)
-    if grads:
-        device = grads[0].device
-        hits = found if device == loss.device else torch.zeros(1, device=device)
-        flag_nonfinite(grads, hits)
-        if hits is not found:
-            found += hits.to(loss.device)
-    if loss.is_cpu:
-        # On the CPU two reads cost less than the ops that would make them one.
-        hit = bool(found.item())
-        finite = math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item())
-        if hit:
-            found.zero_()
-        return finite and not hit
-    total = (found + (~torch.isfinite(loss)).any().float()).item()  # one sync for the loss and the check
-    if total:
-        found.zero_()
-    return total == 0
-
-
-def _found(device: torch.device) -> torch.Tensor:
-    """The zero the check counts its hits into, kept from call to call (a new one each step costs more)."""
-    found = _FOUND.get(device)
-    if found is None:
-        found = _FOUND[device] = torch.zeros(1, device=device)
-    return found

@@ -141,16 +141,20 @@ def periodicity(steps: list[int]) -> tuple[float, int]:
     return float(period), gaps.count(period)
 
 
-def example_rows(inputs, targets, limit: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def example_rows(inputs, targets, limit: int, to_host: bool = True) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The first `limit` examples of a batch as (inputs flattened to float rows, targets as given), on the CPU.
 
     None unless the inputs are floating point (several inputs are laid side by side) with one target row per
     example; `class_labels` (harness/targets.py) turns the targets into class indices where the task has them.
+    With `to_host=False` they stay on the batch's device (a copy to the CPU waits for the device).
     """
     if not (torch.is_tensor(targets) and targets.dim() >= 1) or rows(inputs) != len(targets):
         return None
-    x = flat_rows(inputs, limit)
-    return (x, targets[: len(x)].detach().cpu()) if x is not None else None
+    x = flat_rows(inputs, limit, to_host)
+    if x is None:
+        return None
+    y = targets[: len(x)].detach()
+    return (x, y.cpu()) if to_host else (x, y)
 
 
 def _leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
