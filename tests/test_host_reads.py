@@ -141,3 +141,47 @@ def test_the_counter_counts_each_kind_of_read():
     with HostReads() as reads:
         (t * 2).sum(), t.to(torch.float64), torch.isfinite(t).all()  # device-side work: no read
     assert reads.count == 0
+
+
+class TinyLM(nn.Module):
+    """Next-token logits (batch, time, 32) from token ids: the sequence task's path (positions, the padding count)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(32, 16), nn.Linear(16, 32)
+
+    def forward(self, input_ids, attention_mask):
+        return self.out(torch.relu(self.embed(input_ids)) * attention_mask.unsqueeze(-1))
+
+
+def test_the_sequence_path_with_an_attention_mask_reads_nothing_back_between_census_steps():
+    torch.manual_seed(0)
+    ids = torch.randint(1, 32, (256, 13))
+    mask = torch.ones_like(ids)
+    mask[::2, 9:] = 0  # every other row padded: the doctor counts the padding the loss scores, on the device
+    labels = torch.where(mask[:, 1:] == 1, ids[:, 1:], -100)  # padding's labels -100, as a collator leaves them
+    batches = [
+        {"input_ids": ids[i : i + 16, :-1], "attention_mask": mask[i : i + 16, :-1], "labels": labels[i : i + 16]}
+        for i in range(0, 256, 16)
+    ] * 3
+    net = TinyLM()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    doctor = Doctor(
+        net, optimizer, loss_fn, census_every=CENSUS_EVERY, budget=None, inputs=("input_ids", "attention_mask")
+    )
+    per_step, counted = [], 0
+    with HostReads(where=True) as reads:
+        for batch in doctor.watch(batches[:STEPS]):
+            logits = net(batch["input_ids"], batch["attention_mask"])
+            loss = loss_fn(logits.reshape(-1, 32), batch["labels"].reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+            per_step.append(reads.count - counted)
+            counted = reads.count
+    censuses = census_steps(doctor)
+    assert doctor.task.kind == "sequence" and len(censuses) >= 6
+    assert not {step: n for step, n in enumerate(per_step) if n and step not in censuses}, reads.places
+    assert doctor.report().measurements["padded_batches"] == STEPS  # the padding was counted, at the report
