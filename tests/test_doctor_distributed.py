@@ -106,6 +106,13 @@ def test_accumulation_carried_gradients_and_broadcast_buffers_are_no_fault_acros
         assert all(check["ok"] for check in document["ranks"]["checks"]), document["ranks"]
 
 
+def test_a_loop_that_never_zeroes_grad_is_no_zero_grad_under_ddp_and_accumulation_is_not(runs):
+    """DDP writes the averaged gradient into .grad in place: the clearing check reads .grad by its hook there."""
+    for rank in (0, 1):
+        assert runs["no_zero_grad", rank]["report"]["verdict"] == "no_zero_grad", runs["no_zero_grad", rank]["text"]
+        assert runs["accumulated", rank]["report"]["verdict"] != "no_zero_grad", runs["accumulated", rank]["text"]
+
+
 def test_buffers_not_broadcast_are_replicas_out_of_sync_named_by_the_buffer(runs):
     for rank in (0, 1):
         (finding, *_) = runs["buffers_unsynced", rank]["report"]["findings"]

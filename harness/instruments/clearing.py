@@ -12,7 +12,9 @@ since the step (one ahead) may be one whose zeroing the counter does not see (gr
 the hook reads it exactly, before each step's first gradient is added: only the hook ever says "carried". A
 gradient that is a view (its counter shared with other tensors) or sparse is read by the hook from the start.
 Where torch's version counter cannot be read (harness/torch_private.py), a new tensor is still cleared, and a
-tensor kept since the step is read by the hook from then on, as one only added to is.
+tensor kept since the step is read by the hook from then on, as one only added to is. Under torch.distributed
+with more than one rank the hook reads it from the start: DDP writes the averaged gradient into .grad in place
+after backward, which moves the counter once more, so a .grad only added to would read as zeroed and added to.
 """
 
 import math
@@ -24,6 +26,12 @@ import torch
 from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
 from harness.torch_private import drop_empty_hook_table, inplace_version, is_view
+
+
+def several_ranks() -> bool:
+    """Whether this process trains in a torch.distributed group of more than one rank (DDP averages .grad in place)."""
+    distributed = torch.distributed
+    return distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1
 
 
 def unhook(param: torch.Tensor, hook) -> None:
@@ -58,7 +66,8 @@ class GradientClearing(Collector):
         self._check_due = False  # the first backward after an optimizer step looks at .grad once
         self._gradient_hooks: list = []
         self._watched: torch.Tensor | None = None  # the parameter whose .grad is read (_hook_every_gradient)
-        self._exact = False  # read by the hook on every step (_read_cleared)
+        # Read by the hook on every step (_read_cleared); from the start where DDP moves .grad's counter itself.
+        self._exact = several_ranks()
         self._grad_at_step: tuple | None = None  # (weakref to .grad, its version) as the last optimizer step left it
         self._step_hook = loop.after_update(self._after_update, when="arming")  # for the next cycle, if it is watched
         self._hook_every_gradient()
