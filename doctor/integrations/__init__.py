@@ -157,19 +157,23 @@ class ImpliedLoss:
         A non-finite loss compares nothing (the next batch is checked). `strict=False` where the loss seen may not be
         this batch's own mean (divided over a gradient-accumulation group): a miss leaves it unchecked. `items`:
         what the model divided its summed loss by in place of the positions it scored (the Trainer's
-        num_items_in_batch, counted over a whole accumulation group, and by the Trainer's own reading of the labels):
-        for class indices the two are then compared as sums, the implied loss times the labels it averages over
-        against the loss seen times `items`.
+        num_items_in_batch, counted over a whole accumulation group and over every rank, and by the Trainer's own
+        reading of the labels): for class indices the two are then compared as sums too, the implied loss times the
+        labels it averages over against the loss seen times `items`, and either agreeing checks it.
         """
         with torch.no_grad():
             computed, seen = float(self(outputs.detach(), targets)), float(loss.detach())
             kind = self.task or task_of(targets, outputs)
+            pairs = [(computed, seen)]
             if items is not None and kind in INDEX_TASKS:
-                computed *= int(in_classes(targets, outputs.shape[-1]).sum())  # the labels cross-entropy averages
-                seen *= float(items)
-        if not (math.isfinite(computed) and math.isfinite(seen)):
+                # As sums, where the model divided by `items`; as means (above), where it takes num_items_in_batch
+                # and leaves it unused (a BERT classifier's head): then `items` differs from this batch's labels
+                # under accumulation, and under DDP, where the Trainer counts them over every rank.
+                labels = int(in_classes(targets, outputs.shape[-1]).sum())  # the labels cross-entropy averages
+                pairs.append((computed * labels, seen * float(items)))
+        if not all(math.isfinite(value) for value in pairs[0]):
             return
-        self.checked = math.isclose(computed, seen, rel_tol=1e-3, abs_tol=1e-6)
+        self.checked = any(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6) for a, b in pairs)
         if strict and not self.checked:
             raise CannotJudge(self._refusal(outputs, targets, seen, computed))
 

@@ -1,0 +1,139 @@
+"""Two-process runs of the doctor's callbacks for tests/test_integrations_distributed.py: what torchrun starts.
+
+    python -m torch.distributed.run --nproc_per_node 2 --master_port PORT tests/ddp_integration_runs.py OUT CASE ...
+
+Each rank runs the named cases one after the other (the same on every rank: each report's gather meets its
+partner's), each a framework's own training with the doctor's callback on every rank, healthy or with one
+distributed fault planted where the framework lets a user make it, never told to the doctor; and writes
+OUT/CASE.rank<R>.json: the report's JSON and text, and what the callback logged under "doctor" on that rank.
+
+- `hf_healthy`: the Hugging Face Trainer (the tiny BERT of tests/test_integrations.py on its token task), which
+  reads torchrun's variables, wraps the model in DistributedDataParallel and gives the loader a
+  DistributedSampler itself.
+- `hf_out_of_sync`: the same, with a callback of the user's that changes the classifier's weights after a step
+  on the main process only (guarded by `state.is_world_process_zero`, as one guards saving or logging): the
+  replicas never meet again.
+- `lightning_healthy`: a Lightning fit of the digits MLP, `Trainer(accelerator="cpu", devices=2,
+  strategy="ddp")`, launched by torchrun (Lightning reads its variables and launches nothing of its own), with
+  Lightning's DistributedSampler.
+- `lightning_no_sampler`: `use_distributed_sampler=False` with a plain shuffling loader, every rank seeded alike
+  (seed_everything, as a script seeds every process): every rank trains on the same batches.
+"""
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true"}.items():
+    os.environ.setdefault(name, value)
+
+from test_integrations import (  # noqa: E402 (the variables above are read when transformers is first imported)
+    IMAGES,
+    LABELS,
+    VAL_IMAGES,
+    VAL_LABELS,
+    Tokens,
+    lightning_module,
+    tiny_bert,
+    token_validation,
+)
+
+HF_STEPS, LIGHTNING_STEPS = 100, 100
+CHANGED_AT = 10  # the step after which the user's callback changes rank 0's weights
+
+
+class Logged(logging.Handler):
+    """What the logger "doctor" logs on this rank, as (level, message)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelname, record.getMessage()))
+
+
+def hf_run(case: str, out: Path):
+    import transformers
+
+    from doctor.integrations.huggingface import DoctorTrainerCallback
+
+    class ChangedOnTheMainProcess(transformers.TrainerCallback):
+        """A user's callback that rescales the classifier after a step, on the main process only."""
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == CHANGED_AT and state.is_world_process_zero:
+                with torch.no_grad():
+                    model.classifier.weight.mul_(0.5)
+
+    doctor = DoctorTrainerCallback(validation=token_validation())
+    callbacks = [doctor] + ([ChangedOnTheMainProcess()] if case == "hf_out_of_sync" else [])
+    args = transformers.TrainingArguments(
+        output_dir=str(out / case),
+        max_steps=HF_STEPS,
+        per_device_train_batch_size=32,
+        learning_rate=1e-3,
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        ddp_backend="gloo",
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = transformers.Trainer(model=tiny_bert(transformers), args=args, train_dataset=Tokens(2048, seed=0))
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    trainer.train()
+    return doctor
+
+
+def lightning_run(case: str, out: Path):
+    import lightning.pytorch as pl
+
+    from doctor.integrations.lightning import DoctorCallback
+
+    pl.seed_everything(0, verbose=False)  # every rank alike, as a script seeds every process
+    module = lightning_module(pl, 1e-2)
+    doctor = DoctorCallback(nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=LIGHTNING_STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[doctor],
+        use_distributed_sampler=case != "lightning_no_sampler",
+    )
+    loader = DataLoader(TensorDataset(IMAGES, LABELS), batch_size=64, shuffle=True, drop_last=True)
+    trainer.fit(module(), loader)
+    return doctor
+
+
+def main(out: Path, cases: list[str]) -> None:
+    torch.set_num_threads(1)
+    logged = Logged()
+    logging.getLogger("doctor").addHandler(logged)
+    logging.getLogger("doctor").setLevel(logging.INFO)
+    for case in cases:
+        logged.records = []
+        doctor = (hf_run if case.startswith("hf_") else lightning_run)(case, out)
+        rank = dist.get_rank()
+        result = {"report": doctor.report_dict(), "text": str(doctor.report), "logged": logged.records}
+        (out / f"{case}.rank{rank}.json").write_text(json.dumps(result))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])
