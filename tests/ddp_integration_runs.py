@@ -18,18 +18,24 @@ OUT/CASE.rank<R>.json: the report's JSON and text, and what the callback logged 
   Lightning's DistributedSampler.
 - `lightning_no_sampler`: `use_distributed_sampler=False` with a plain shuffling loader, every rank seeded alike
   (seed_everything, as a script seeds every process): every rank trains on the same batches.
+- `lightning_gave_up`: healthy, but rank 1's loader gives dicts under keys the doctor does not know as the targets:
+  rank 1's doctor gives up at its first batch, and rank 0's report must not wait for it.
+
+The Lightning cases join a process group made here with a short timeout (Lightning then makes none): a gather
+that one rank never meets fails in two minutes, not the default thirty.
 """
 
 import json
 import logging
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true"}.items():
     os.environ.setdefault(name, value)
@@ -95,13 +101,28 @@ def hf_run(case: str, out: Path):
     return doctor
 
 
+class Unlabelled(Dataset):
+    """The digits as dicts whose keys the doctor does not know as inputs and targets: it cannot read the batch."""
+
+    def __len__(self):
+        return len(LABELS)
+
+    def __getitem__(self, index):
+        return {"image": IMAGES[index], "digit": LABELS[index]}
+
+
 def lightning_run(case: str, out: Path):
     import lightning.pytorch as pl
 
     from doctor.integrations.lightning import DoctorCallback
 
     pl.seed_everything(0, verbose=False)  # every rank alike, as a script seeds every process
-    module = lightning_module(pl, 1e-2)
+    digits = lightning_module(pl, 1e-2)
+
+    class Digits(digits):  # also takes the dicts of `lightning_gave_up`'s rank 1
+        def training_step(self, batch, index):
+            return super().training_step((batch["image"], batch["digit"]) if isinstance(batch, dict) else batch, index)
+
     doctor = DoctorCallback(nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)])
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -115,8 +136,9 @@ def lightning_run(case: str, out: Path):
         callbacks=[doctor],
         use_distributed_sampler=case != "lightning_no_sampler",
     )
-    loader = DataLoader(TensorDataset(IMAGES, LABELS), batch_size=64, shuffle=True, drop_last=True)
-    trainer.fit(module(), loader)
+    data = Unlabelled() if case == "lightning_gave_up" and dist.get_rank() == 1 else TensorDataset(IMAGES, LABELS)
+    loader = DataLoader(data, batch_size=64, shuffle=True, drop_last=True)
+    trainer.fit(Digits(), loader)
     return doctor
 
 
@@ -125,6 +147,8 @@ def main(out: Path, cases: list[str]) -> None:
     logged = Logged()
     logging.getLogger("doctor").addHandler(logged)
     logging.getLogger("doctor").setLevel(logging.INFO)
+    if any(case.startswith("lightning_") for case in cases):
+        dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     for case in cases:
         logged.records = []
         doctor = (hf_run if case.startswith("hf_") else lightning_run)(case, out)

@@ -34,7 +34,7 @@ pytestmark = [
 ]
 
 HF_CASES = ("hf_healthy", "hf_out_of_sync")
-LIGHTNING_CASES = ("lightning_healthy", "lightning_no_sampler")
+LIGHTNING_CASES = ("lightning_healthy", "lightning_no_sampler", "lightning_gave_up")
 
 
 def launched(tmp_path_factory, cases: tuple[str, ...]) -> dict:
@@ -136,6 +136,40 @@ def test_lightning_without_its_distributed_sampler_is_no_distributed_sampler(lig
     named = "ranks 0 and 1 trained on identical batches at 100 of the 100 batches compared"
     _named_on_both_ranks(lightning_runs, "lightning_no_sampler", "no_distributed_sampler", named)
     _logged_on_rank_zero_only(lightning_runs, "lightning_no_sampler", "WARNING", "no_distributed_sampler")
+
+
+@pytest.mark.slow
+def test_a_rank_whose_doctor_gave_up_still_meets_the_gather_and_the_others_report_without_it(lightning_runs):
+    """Rank 1's batches are dicts the doctor cannot read: it gives up there; rank 0's report is made, not waited on.
+
+    Without the rank's part in the gather, rank 0 waits in all_gather_object until the group's timeout (two
+    minutes here) and the launch fails.
+    """
+    given_up = lightning_runs["lightning_gave_up", 1]
+    assert given_up["report"]["verdict"] is None and "targets key" in given_up["report"]["cannot_judge"]
+    assert [level for level, _ in given_up["logged"]] == ["WARNING"]  # its own reason, on its own rank
+    document = lightning_runs["lightning_gave_up", 0]["report"]
+    assert document["verdict"] == "healthy", lightning_runs["lightning_gave_up", 0]["text"]
+    checks = document["ranks"]["checks"]
+    assert [check["ok"] for check in checks] == [None, None, None, None, None], checks  # one rank's evidence only
+    assert checks[-1]["check"] == "rank 1's doctor watched the run to its end"
+    assert "it gave up (" in checks[-1]["detail"] and "targets key" in checks[-1]["detail"]
+    assert len(lightning_runs["lightning_gave_up", 0]["logged"]) == 1  # the verdict, once
+
+
+def test_a_doctor_let_go_takes_its_ranks_hooks_off_too():
+    """A doctor that gave up stops measuring on every step: the rank's own readings' hooks come off with the rest."""
+    from doctor.core import Doctor
+    from doctor.integrations import let_go
+
+    torch.manual_seed(0)
+    net = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    doctor = Doctor(net, optimizer, F.cross_entropy)
+    doctor.ranks = RankWatch(net, optimizer, rank=0, world_size=2)  # as under a process group of two
+    let_go(doctor)
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert not net._forward_pre_hooks and not any(p._backward_hooks for p in net.parameters())
 
 
 def test_a_backward_inside_the_optimizers_closure_has_its_stepped_gradient_read_after_it():
