@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+import jsonschema
 import pytest
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning"),
 ]
 
-HF_CASES = ("hf_healthy", "hf_out_of_sync")
+SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+HF_CASES = ("hf_healthy", "hf_out_of_sync", "hf_gpt2_healthy")
 LIGHTNING_CASES = ("lightning_healthy", "lightning_no_sampler", "lightning_gave_up")
 
 
@@ -66,6 +68,7 @@ def lightning_runs(tmp_path_factory) -> dict:
 def _healthy_on_both_ranks(runs: dict, case: str, checks: list) -> None:
     for rank in (0, 1):
         document = runs[case, rank]["report"]
+        jsonschema.validate(document, SCHEMA)
         assert document["verdict"] == "healthy", runs[case, rank]["text"]
         ranks = document["ranks"]
         assert ranks["rank"] == rank and ranks["world_size"] == 2 and ranks["gathered"], ranks
@@ -98,6 +101,17 @@ def test_hugging_face_healthy_two_process_training_is_healthy_and_logged_once(hf
     _healthy_on_both_ranks(hf_runs, "hf_healthy", [True, None, True, True])
     logged = _logged_on_rank_zero_only(hf_runs, "hf_healthy", "INFO", "healthy")
     # The Trainer counts num_items_in_batch over both ranks; the BERT head leaves it unused: checked all the same.
+    assert "it reproduced the training loss of the first batch" in logged[1]
+
+
+@pytest.mark.slow
+def test_hugging_face_causal_language_model_on_two_processes_reads_its_shift_and_checks_its_loss(hf_runs):
+    """GPT-2 divides its summed loss by num_items_in_batch, which the Trainer counts over both ranks."""
+    _healthy_on_both_ranks(hf_runs, "hf_gpt2_healthy", [True, None, True, True])
+    for rank in (0, 1):
+        measured = hf_runs["hf_gpt2_healthy", rank]["measured"]
+        assert measured["task"] == "sequence" and measured["target_shift"] == 1
+    logged = _logged_on_rank_zero_only(hf_runs, "hf_gpt2_healthy", "INFO", "healthy")
     assert "it reproduced the training loss of the first batch" in logged[1]
 
 
@@ -149,6 +163,7 @@ def test_a_rank_whose_doctor_gave_up_still_meets_the_gather_and_the_others_repor
     assert given_up["report"]["verdict"] is None and "targets key" in given_up["report"]["cannot_judge"]
     assert [level for level, _ in given_up["logged"]] == ["WARNING"]  # its own reason, on its own rank
     document = lightning_runs["lightning_gave_up", 0]["report"]
+    jsonschema.validate(document, SCHEMA)
     assert document["verdict"] == "healthy", lightning_runs["lightning_gave_up", 0]["text"]
     checks = document["ranks"]["checks"]
     assert [check["ok"] for check in checks] == [None, None, None, None, None], checks  # one rank's evidence only
