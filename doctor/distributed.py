@@ -32,6 +32,10 @@ the rules were fitted):
   than invent one; a loop that adds to `.grad` after backward (weight decay by hand) lengthens it. A GradScaler's
   scale is divided out of the local norms, as the optimizer steps on unscaled gradients.
 
+A rank whose doctor gave up during training (a batch it cannot read there) still meets the others' gather at
+the end of training when a framework's callback ran it (doctor/integrations: it brings `absent`); the checks
+across ranks then read the other ranks only, and the report says which rank is missing and why.
+
 A process group destroyed before the report (or a run whose Doctor was built outside one) is judged on this
 rank's own evidence: only `set_epoch_not_called` can be, and the report says the others were not.
 """
@@ -88,6 +92,15 @@ def gather(evidence: dict) -> dict:
     everyone: list = [None] * now[1]
     torch.distributed.all_gather_object(everyone, evidence)
     return {"rank": now[0], "world_size": now[1], "gathered": True, "evidence": everyone}
+
+
+def absent(rank: int, world_size: int, why: str) -> dict:
+    """What a rank whose doctor gave up during training (a CannotJudge) brings to the report's gather instead.
+
+    The other ranks' doctors wait in the gather at their report: a rank that brought nothing would leave them
+    waiting until the process group's timeout. They judge without it, and say so (judge).
+    """
+    return {"rank": rank, "world_size": world_size, "gave_up": why}
 
 
 @dataclass(frozen=True)
@@ -297,10 +310,15 @@ def judge(ranks: Mapping | None) -> Ranks | None:
     """The checks across ranks on the gathered evidence (Observed.ranks); None for a run on one process."""
     if ranks is None:
         return None
-    evidence = sorted(ranks["evidence"], key=lambda e: e["rank"])
+    everyone = sorted(ranks["evidence"], key=lambda e: e["rank"])
+    evidence = [e for e in everyone if "gave_up" not in e]  # the ranks whose doctor watched to the end
     judged = [check(evidence) for check in (_same_batches, _epoch_order, _replicas, _gradients)]
     steps = [e["steps"] for e in evidence]
     lines = [line for line, _ in judged]
+    for e in everyone:
+        if "gave_up" in e:
+            check = f"rank {e['rank']}'s doctor watched the run to its end"
+            lines.append(RankLine(check, None, f"its evidence is left out: it gave up ({e['gave_up']})"))
     if len(set(steps)) > 1:
         lines.append(RankLine("every rank took the same number of optimizer steps", False, f"steps per rank: {steps}"))
     return Ranks(

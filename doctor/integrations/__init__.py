@@ -15,6 +15,10 @@ Two ways a fit stops short are shared too. A fit that raises gets no report, and
 model, its parameters, the loss and the optimizer (`let_go`), so that they are left as they were. A fit saved to a
 checkpoint and resumed from it is one run: the checkpoint carries `Carried` (the steps watched so far and what
 only the run's start could measure), and the resumed part's report counts from the fit's first step.
+
+Under torch.distributed (DDP under torchrun) each rank's callback makes its report at the end of training, where
+every rank's evidence is gathered (doctor/distributed.py); a rank whose doctor gave up during training still
+meets that gather (`distributed.absent`), so that the others' reports do not wait for it.
 """
 
 import contextlib
@@ -29,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from doctor import distributed
 from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose
 from harness.targets import INDEX_TASKS, in_classes, shifted, task_of
 
@@ -157,19 +162,23 @@ class ImpliedLoss:
         A non-finite loss compares nothing (the next batch is checked). `strict=False` where the loss seen may not be
         this batch's own mean (divided over a gradient-accumulation group): a miss leaves it unchecked. `items`:
         what the model divided its summed loss by in place of the positions it scored (the Trainer's
-        num_items_in_batch, counted over a whole accumulation group, and by the Trainer's own reading of the labels):
-        for class indices the two are then compared as sums, the implied loss times the labels it averages over
-        against the loss seen times `items`.
+        num_items_in_batch, counted over a whole accumulation group and over every rank, and by the Trainer's own
+        reading of the labels): for class indices the two are then compared as sums too, the implied loss times the
+        labels it averages over against the loss seen times `items`, and either agreeing checks it.
         """
         with torch.no_grad():
             computed, seen = float(self(outputs.detach(), targets)), float(loss.detach())
             kind = self.task or task_of(targets, outputs)
+            pairs = [(computed, seen)]
             if items is not None and kind in INDEX_TASKS:
-                computed *= int(in_classes(targets, outputs.shape[-1]).sum())  # the labels cross-entropy averages
-                seen *= float(items)
-        if not (math.isfinite(computed) and math.isfinite(seen)):
+                # As sums, where the model divided by `items`; as means (above), where it takes num_items_in_batch
+                # and leaves it unused (a BERT classifier's head): then `items` differs from this batch's labels
+                # under accumulation, and under DDP, where the Trainer counts them over every rank.
+                labels = int(in_classes(targets, outputs.shape[-1]).sum())  # the labels cross-entropy averages
+                pairs.append((computed * labels, seen * float(items)))
+        if not all(math.isfinite(value) for value in pairs[0]):
             return
-        self.checked = math.isclose(computed, seen, rel_tol=1e-3, abs_tol=1e-6)
+        self.checked = any(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6) for a, b in pairs)
         if strict and not self.checked:
             raise CannotJudge(self._refusal(outputs, targets, seen, computed))
 
@@ -211,6 +220,9 @@ class Outcome:
     _earlier: Carried | None = None  # the fit's parts before this doctor's (None: it watches from the first step)
     _start_seen: Mapping[str, float] | None = None  # this doctor's START_COLUMNS, once measured
     _final: Carried | None = None  # what a checkpoint saved after training ended carries
+    # (rank, world size) of a doctor under torch.distributed that gave up during training: at the end of training
+    # it still meets the other ranks' gather (distributed.absent), or their reports would wait for it.
+    _absent_from: tuple[int, int] | None = None
     _hooks: list  # the callback's own hooks' handles, set in its __init__
     loss_fn: Callable | None = None  # the user's loss, if given (set in the callback's __init__)
     loss_used: Callable | None = None  # what the doctor of the last run evaluates with: loss_fn, or an ImpliedLoss
@@ -269,7 +281,7 @@ class Outcome:
                 " weights) is not measured"
             )
         self._earlier = (self._resumed or Carried()) if resumed else None
-        self._resumed = None
+        self._resumed, self._absent_from = None, None
         self.resumed_after = self._earlier.steps if self._earlier is not None else None
         with self._judging():
             self.doctor = doctor_factory()
@@ -296,6 +308,8 @@ class Outcome:
             self.cannot_judge = why
         if self.doctor is not None:
             self._final = self._carry()
+            ranks = self.doctor.ranks
+            self._absent_from = (ranks.rank, ranks.world_size) if ranks is not None else None
             let_go(self.doctor)
             self._forget_doctor()
 
@@ -315,6 +329,9 @@ class Outcome:
         """The report at the end of training, its verdict logged in one line (`_verdict_line`)."""
         self._remove_hooks()
         if self.doctor is None:
+            if self._absent_from is not None:  # gave up under torch.distributed: the other ranks wait in a gather
+                distributed.gather(distributed.absent(*self._absent_from, self.cannot_judge))
+                self._absent_from = None
             return
         with self._judging():
             observed = self.doctor.finish()  # its hooks come off here
@@ -381,3 +398,5 @@ def let_go(doctor: Doctor) -> None:
     """
     for instrument in doctor.instruments.collectors:
         instrument.close()
+    if doctor.ranks is not None:  # the rank's own readings for the checks across ranks (finish() closes it too)
+        doctor.ranks.close()

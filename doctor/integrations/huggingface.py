@@ -23,6 +23,10 @@ memorize, and as the training loss where the model returns none of its own. A la
 its labels itself, is read so from its own loss on the first batch (doctor/core.py: causal_shift), and padding
 its labels do not leave out is padding_in_loss (doctor/padding.py).
 
+Under DDP (torchrun; on the CPU TrainingArguments(use_cpu=True, ddp_backend="gloo")) the callback on each rank
+watches the model inside the wrapper and reports at on_train_end on every rank, where the ranks' evidence is
+gathered (docs/doctor.md, "Several processes"); the main process alone logs the verdict.
+
 A training that raises: a TrainerCallback hears of no exception (transformers 5 has no such event, and nothing of
 train() runs in a finally), so the callback takes the hooks off where an exception passes through code of its
 own. It wraps the model's forward for the run (`ForwardGuard`, as accelerate wraps it for autocast): whatever

@@ -27,6 +27,10 @@ gradient's norm at the step, the weights before the update) after the closure ha
 (harness/instruments/loop.py, `before_update`), so every measurement is what a plain loop gets. Tested with
 lightning 2.6; the older package name pytorch_lightning is used when lightning is not installed.
 
+Under DDP (strategy="ddp", launched by torchrun or by Lightning) the callback on each rank watches the
+LightningModule inside the wrapper and reports at on_fit_end on every rank, where the ranks' evidence is gathered
+(docs/doctor.md, "Several processes"); rank 0 alone logs the verdict.
+
 A fit that raises calls on_exception, which takes every hook off and leaves no report. The callback's
 state_dict() goes into Lightning's checkpoints: a fit resumed with fit(..., ckpt_path=...) continues the count
 of steps and keeps what only the fit's start measured (doctor/integrations/__init__.py, `Carried`).

@@ -24,7 +24,8 @@ Three readings, each what one distributed fault leaves behind:
   hands it to the parameters (tensor hooks, before it is accumulated into `.grad` and before DDP's reducer or
   anything else touches it: this rank's own gradient), summed over the step's backward passes, plus the norm of
   what `.grad` held before the first of them (nothing once zeroed); and the norm of the gradient the optimizer
-  steps on (a step pre-hook: after DDP's averaging, or the loop's own all_reduce).
+  steps on (just before the update: after DDP's averaging, or the loop's own all_reduce; after the closure of a
+  `step(closure)`, inside which Lightning runs the backward pass: harness/instruments/loop.py, `before_update`).
   Averaged gradients can never be longer than the mean of the local bounds (the triangle inequality); summed
   ones can (doctor/distributed.py says how it is judged). Under a GradScaler the local norms are divided by its
   scale, as the optimizer's are unscaled.
@@ -42,6 +43,7 @@ from torch import nn
 
 from harness import torch_private
 from harness.batches import tensors
+from harness.instruments.loop import before_update
 
 PASSES = 4  # passes over the loader fingerprinted: consecutive pairs among them are compared
 PER_PASS = 256  # batches fingerprinted per pass
@@ -205,8 +207,8 @@ class RankWatch:
     def _arm(self) -> None:
         """The hooks of a sampled step: the checksums before its first forward, the gradients' norms around it.
 
-        A forward pre-hook on the model, a tensor hook on every trained parameter and a step pre-hook on the
-        optimizer, for this step only: the steps between sampled ones run none of them.
+        A forward pre-hook on the model, a tensor hook on every trained parameter and a read just before the
+        optimizer's update, for this step only: the steps between sampled ones run none of them.
         """
         self._checksum_due = True
         self._armed = [self.model.register_forward_pre_hook(self._before_forward)]
@@ -218,7 +220,7 @@ class RankWatch:
         self._local = torch.zeros((), device=device, dtype=dtype)
         self._carried = None  # the norm of what .grad held before the step's first backward (read at its first hook)
         self._armed += [p.register_hook(self._local_gradient) for p in params]
-        self._armed.append(self.optimizer.register_step_pre_hook(self._before_step))
+        self._armed.append(before_update(self.optimizer, self._before_update))
 
     def _local_gradient(self, grad: torch.Tensor) -> None:
         """A tensor hook: one parameter's share of this backward pass's own gradient (before it reaches .grad)."""
@@ -246,8 +248,8 @@ class RankWatch:
         self._local = self._local + norm
         self._backward_sq = None
 
-    def _before_step(self, optimizer, args, kwargs) -> None:
-        """A sampled step's optimizer step begins: the norm of the gradient it steps on, beside the local bound."""
+    def _before_update(self, optimizer) -> None:
+        """A sampled step's update is next: the norm of the gradient it steps on, beside the local bound."""
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         with torch.no_grad():
             reduced = torch.stack([n.to(self._local) for n in torch_private.norms(grads)]).norm() if grads else None
