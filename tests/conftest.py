@@ -18,6 +18,7 @@ SIZES = sorted(p.relative_to(CONF / "fault").with_suffix("").as_posix() for p in
 ZOO = sorted(f"zoo/{p.stem}" for p in (CONF / "dataset" / "zoo").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml"))
 DEVICES = sorted(p.stem for p in (CONF / "device").glob("*.yaml"))
+LM = ["model=causal_lm", "dataset=stdlib_text"]  # the language-model family: a causal LM on the stdlib's text
 # Short runs: enough steps for every instrument to fire (census at 0, 10, 20, 30), a fraction of the cost.
 SHORT = ["loop.steps=40", "loop.eval_every=20", "loop.census_every=10", "memorize.steps=30", "capacity.steps=30"]
 
