@@ -3,19 +3,20 @@
 The corpus (harness/text.py) is fixed files of the running Python's standard library, split by file; the references
 are counts, checked here against counts by hand on a tiny text. The model (harness.model.CausalLM) is checked for
 what its fault knobs change: the causal mask, the tied output map. One short cell runs end to end and its record
-holds the new columns.
+holds the new columns; the slow tests run whole cells and check the verdicts.
 """
 
 import math
 
+import numpy as np
 import pytest
 import torch
-from conftest import LM, SHORT, make_config
+from conftest import LM, LM_FAULTS, LM_SIZES, SHORT, make_config
 
 from harness import text
 from harness.cell import PositionCrossEntropy, build_training, run_cell
 from harness.data import load_splits
-from harness.model import CausalLM
+from harness.model import CausalLM, build_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,6 +166,24 @@ def test_untie_after_optimizer_is_refused_on_a_model_without_tied_weights():
         build_training(cfg, torch.device("cpu"))
 
 
+def test_the_lm_knobs_are_refused_on_other_families():
+    from harness.cli import added_keys
+
+    planted = make_config("fault=lm/no_causal_mask")  # model=mlp, dataset=digits
+    assert [found.path for found in added_keys(make_config("~fault"), planted)] == ["model.causal"]
+
+
+@pytest.mark.parametrize("fault", LM_FAULTS + LM_SIZES)
+def test_every_lm_fault_sets_only_keys_its_family_has_each_in_its_range(fault):
+    from harness.checks import knob_problems
+    from harness.cli import added_keys
+
+    planted = make_config(*LM, f"fault={fault}")
+    assert added_keys(make_config(*LM, "~fault"), planted) == []
+    assert knob_problems(planted) == []
+    build_model(planted.model, n_inputs=planted.dataset.text.context, n_classes=256)
+
+
 def test_a_short_lm_cell_runs_and_records_the_text_references():
     record = run_cell(make_config(*LM, *QUICK))
     assert record["status"] == "ok", record["error"]
@@ -181,3 +200,25 @@ def test_the_mlp_record_has_the_text_columns_unset():
     record = run_cell(make_config(*QUICK))
     assert record["status"] == "ok", record["error"]
     assert record["text_digest"] is None and math.isnan(record["lm_bigram_val_loss"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "verdict"),
+    [("healthy", "healthy"), ("lm/no_causal_mask", "answer_leak"), ("lm/targets_not_shifted", "answer_leak")],
+)
+def test_lm_cells_get_their_verdicts(fault, verdict):
+    import pandas as pd
+
+    from analysis.rules import verdicts
+
+    cfg = make_config(*LM, f"fault={fault}", "data.batch_size=32", "capacity.examples=128")
+    record = run_cell(cfg)
+    assert record["status"] == "ok", record["error"]
+    records = pd.DataFrame([record])
+    assert verdicts(records).verdict.iloc[0] == verdict
+    if verdict == "answer_leak":
+        assert record["final_val_loss"] < 0.25 * record["lm_compressor_val_loss"]
+    else:
+        assert record["final_val_loss"] > record["lm_compressor_val_loss"]
+    assert not np.isnan(record["lm_bigram_val_loss"])
