@@ -57,10 +57,11 @@ pairs: setup ## two faults per cell (148 pairs x 2 seeds x 2 datasets) into runs
 	$(MAKE) sweep SWEEP=pairs
 	$(BIN)/python -m analysis pairs runs/pairs
 
-families: setup ## every fault on a CNN (digits), a GRU and a transformer encoder (sequence task) into runs/families; scores the MLP's rules there
+families: setup ## every fault on a CNN (digits), a GRU and a transformer encoder (sequence task), and a causal LM (stdlib text) into runs/families; scores the MLP's rules there
 	$(MAKE) sweep SWEEP=cnn RUNS=runs/families
 	$(MAKE) sweep SWEEP=gru RUNS=runs/families
 	$(MAKE) sweep SWEEP=transformer RUNS=runs/families
+	$(MAKE) sweep SWEEP=lm RUNS=runs/families
 	$(BIN)/python -m analysis families runs/families
 
 gpu-study: setup ## the device study (width x batch x cpu/cuda) into runs/devices; prints the crossover table last

@@ -82,13 +82,15 @@ def faults_page(conf: Path = CONF) -> str:
     text = _header("The faults: conf/fault/", "the files of conf/fault/ (each file's comment and values)")
     text += [
         "Each file is an override of the healthy recipe (conf/config.yaml). `fault=<name>` plants one,",
-        "`fault=[a,b]` two; `fault=mild/<name>` and `fault=extreme/<name>` are other sizes of the same fault.",
+        "`fault=[a,b]` two; `fault=mild/<name>` and `fault=extreme/<name>` are other sizes of the same fault. The",
+        "language-model family's own faults are `fault=lm/<name>` (model=causal_lm, dataset=stdlib_text; refused on",
+        "other families), their sizes `fault=lm/mild/<name>` and `fault=lm/extreme/<name>`.",
         "Words with a meaning of their own here (census, quick references, zoo, step budget): [terms.md](terms.md).",
         "",
         "| fault | verdict | what the file changes | what is broken, and what should show it |",
         "|---|---|---|---|",
     ]
-    paths = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*/*.yaml"))
+    paths = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*/*.yaml")) + sorted(folder.glob("*/*/*.yaml"))
     for path in paths:
         name = path.relative_to(folder).with_suffix("").as_posix()
         verdict, knobs, comment = _fault_file(path)

@@ -48,6 +48,12 @@ def _div(a: float, b: float) -> float:
     return a / b
 
 
+def _loss_under_compressor(m: Mapping) -> float:
+    """The lower finite one of the final training and validation losses, over the compressor's rate; NaN without."""
+    losses = [v for v in (_get(m, "final_train_loss"), _get(m, "final_val_loss")) if math.isfinite(v)]
+    return _div(min(losses), _get(m, "lm_compressor_val_loss")) if losses else math.nan
+
+
 def _skill(accuracy: float, baseline: float) -> float:
     """Accuracy above the baseline, as a share of the room above it: 0 = learned nothing, 1 = perfect."""
     if math.isnan(accuracy) or math.isnan(baseline) or baseline >= 1:
@@ -528,6 +534,14 @@ FEATURES_LIST = [
         True,
         lambda m: _get(m, "input_rms"),
         reads=("input_rms",),
+    ),
+    Feature(
+        "loss_under_compressor",
+        "the lower of the final training and validation losses over lzma's rate on the validation text (nats per byte)",
+        "a compressor's rate on the same text: what the text allows, for any text and vocabulary of bytes",
+        True,
+        _loss_under_compressor,
+        reads=("final_train_loss", "final_val_loss", "lm_compressor_val_loss"),
     ),
     Feature(
         "first_loss_ratio",

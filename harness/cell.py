@@ -37,6 +37,7 @@ from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments
 from harness.model import build_model
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
+from harness.text import NOT_TEXT, lm_references
 from harness.timing import DeviceClock, NoClock
 
 # The columns `run_cell` and `measure` set themselves: what was run, on what, and how big the data was.
@@ -114,6 +115,18 @@ def loss_function(name: str) -> nn.Module:
     return {"cross_entropy": nn.CrossEntropyLoss, "mse": nn.MSELoss, "bce": nn.BCEWithLogitsLoss}[name]()
 
 
+class PositionCrossEntropy(nn.CrossEntropyLoss):
+    """Cross-entropy over the positions of (B, T, V) logits against (B, T) targets: a language model's loss.
+
+    The loop calls it on the model's output as it is; it computes `nn.CrossEntropyLoss` of the flattened positions,
+    as language-model loops do, leaving out targets of -100 (padding). On rows of positions, (n, V) and (n,), it is
+    that same loss.
+    """
+
+    def forward(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return super().forward(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+
+
 def budgets(loop_cfg) -> list[int]:
     """The steps at which a snapshot of the measurements is taken: the budgets below the run's length, and its end."""
     return sorted({b for b in loop_cfg.budgets if 0 < b < loop_cfg.steps} | {loop_cfg.steps})
@@ -145,7 +158,8 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     after = end_of_run(cfg, run, kept, check)
     data = run.data
     record = run_record(measured, scores, after, n_classes=data.n_classes, uninformed_loss=math.log(data.n_classes))
-    return assemble(record, {"checkpoints": snapshots, "n_train": len(data.y_train), "n_val": len(data.y_val)})
+    text = lm_references(data.text) if data.text is not None else dict(NOT_TEXT)
+    return assemble(record, text, {"checkpoints": snapshots, "n_train": len(data.y_train), "n_val": len(data.y_val)})
 
 
 def deadline_check(deadline: float, limit_s: float) -> Callable[[], None]:
@@ -186,6 +200,13 @@ def build_training(cfg: DictConfig, device: torch.device) -> Training:
     torch.manual_seed(cfg.seed)
     model = make_model().to(device)
     optimizer = instantiate(cfg.optimizer)(optimized_params(model, make_model, cfg.loop.optimizer_copies, device))
+    if cfg.loop.untie_after_optimizer:  # the fault "tied weights broken": the head copied after the optimizer was made
+        if not getattr(model, "tied", False):
+            raise ValueError(
+                f"loop.untie_after_optimizer needs a model whose output map is tied to its input embedding "
+                f"(model=causal_lm with tied=true), not model={cfg.model.name}"
+            )
+        model.copy_head()
     for group in optimizer.param_groups:
         group["lr"] *= cfg.loop.lr_scale  # the learning-rate faults: the optimizer's own rate off by a factor
         if cfg.loop.weight_decay_share:  # the fault "weight decay that dominates", the same shrink at any rate
@@ -202,7 +223,10 @@ def build_training(cfg: DictConfig, device: torch.device) -> Training:
         model=model,
         optimizer=optimizer,
         schedule=torch.optim.lr_scheduler.LambdaLR(optimizer, factor) if factor is not None else None,
-        loss_fn=loss_function(cfg.loop.loss),
+        # A text dataset's targets are per position: the loop's cross-entropy is over the positions.
+        loss_fn=PositionCrossEntropy()
+        if data.text is not None and cfg.loop.loss == "cross_entropy"
+        else loss_function(cfg.loop.loss),
         # bfloat16 on the CPU needs no scaling, but the GradScaler runs the same either way
         scaler=torch.amp.GradScaler(device.type, enabled=cfg.loop.amp),
         amp_dtype=torch.float16 if device.type == "cuda" else torch.bfloat16,
@@ -311,6 +335,8 @@ def end_of_run(cfg: DictConfig, run: Training, kept: tuple | None, check: Callab
     )
     capacity_on = [(x_train[: cfg.capacity.examples], y_train[: cfg.capacity.examples])]
     held_out = (data.x_val, data.y_val)
+    if data.text is not None:
+        kept = None  # the quick references fit one class per example; a text has its own (harness/text.py)
     return end_of_run_columns(run.make_model, run.loss_fn, probes, memorize_on, capacity_on, kept or None, held_out)
 
 

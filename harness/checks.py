@@ -103,6 +103,7 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "loop.weight_decay_share": _between(0, 1, False, True),
     "loop.optimizer_copies": _between(0, 1, False, False),
     "loop.permute_targets": _between(0, 1, False, False),
+    "loop.untie_after_optimizer": _BOOL,
     "loop.train_mode": _BOOL,
     "loop.restore_train_mode": _BOOL,
     "loop.eval_mode": _BOOL,

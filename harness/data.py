@@ -21,6 +21,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks import BATCH_KINDS, BATCH_ORDERS, dataset_problem, load_dataset
+from harness.text import IGNORE, VOCAB, TextCorpus, stdlib_corpus, windows
 
 
 @dataclass
@@ -32,10 +33,26 @@ class Splits:
     x_val: torch.Tensor
     y_val: torch.Tensor
     n_classes: int
+    text: TextCorpus | None = None  # the corpus the windows were cut from, for a text dataset (harness/text.py)
+
+
+# The data knobs of class-per-example datasets, at their healthy values: a text dataset takes none of them.
+CLASS_DATA_KNOBS = {
+    "input_scale": 1.0,
+    "shuffle_labels": False,
+    "label_shift": 0,
+    "label_noise": 0.0,
+    "train_share": 1.0,
+    "minority_share": 1.0,
+    "targets": "index",
+    "bad_batch_every": 0,
+}
 
 
 def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
-    """Load `(X, y)` from the dataset's callable and apply the recipe's data pipeline."""
+    """Load `(X, y)` from the dataset's callable and apply the recipe's data pipeline (a text dataset: its windows)."""
+    if "text" in dataset_cfg:
+        return text_splits(dataset_cfg, data_cfg, seed)
     features, raw_labels = load_dataset(dataset_cfg)
     # The sweep checked this before any cell ran; checked again here for a cell run any other way.
     problem = dataset_problem(dataset_cfg.name, features, raw_labels, data_cfg.val_fraction)
@@ -87,6 +104,35 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         x_val=torch.from_numpy(np.ascontiguousarray(features[val])),
         y_val=torch.from_numpy(labels[val].astype(np.int64)),
         n_classes=n_classes,
+    )
+
+
+def text_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
+    """The windows of a text dataset (`dataset.text`, harness/text.py): token ids in, the targets per position.
+
+    The split is the dataset's own, by file; `seed` draws which windows are padded. The class-per-example data
+    knobs are refused with one line naming them (`data.standardize` does not apply to token ids and is ignored).
+    """
+    text = dataset_cfg.text
+    changed = [f"data.{key}={data_cfg[key]!r}" for key, healthy in CLASS_DATA_KNOBS.items() if data_cfg[key] != healthy]
+    if data_cfg.order == "class_sorted":
+        changed.append("data.order='class_sorted'")
+    if changed:
+        raise ValueError(
+            f"dataset {dataset_cfg.name} is a text of next-token targets: {', '.join(changed)} applies only to "
+            "datasets with one class per example (digits, synthetic, sequence, zoo/*)"
+        )
+    corpus = stdlib_corpus(list(text.train_files), list(text.val_files))
+    cut = {"context": text.context, "shift": text.shift, "pad_share": text.pad_share}
+    x_train, y_train = windows(corpus.train, **cut, pad_target=text.pad_target, seed=seed)
+    x_val, y_val = windows(corpus.val, **cut, pad_target=IGNORE, seed=seed + 1)  # validation tells the truth
+    return Splits(
+        x_train=torch.from_numpy(x_train),
+        y_train=torch.from_numpy(y_train),
+        x_val=torch.from_numpy(x_val),
+        y_val=torch.from_numpy(y_val),
+        n_classes=VOCAB,
+        text=corpus,
     )
 
 

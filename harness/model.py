@@ -240,6 +240,123 @@ class TransformerClassifier(nn.Module):
         return self.head(self.norm(self.encoder(steps).mean(dim=1)))
 
 
+NORMS = ("pre", "post")  # where a transformer block's LayerNorms sit: before each sublayer, or after its residual sum
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention over a sequence, each position reading only those before it where `causal`."""
+
+    def __init__(self, size: int, heads: int, causal: bool):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.qkv = nn.Linear(size, 3 * size)
+        self.out = nn.Linear(size, size)
+
+    def forward(self, x):
+        batch, steps, size = x.shape
+        q, k, v = self.qkv(x).view(batch, steps, 3, self.heads, size // self.heads).permute(2, 0, 3, 1, 4)
+        mixed = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.out(mixed.transpose(1, 2).reshape(batch, steps, size))
+
+
+class DecoderBlock(nn.Module):
+    """Self-attention then a feed-forward block of 4 x size GELU units, each around a residual sum.
+
+    norm "pre": x + sublayer(LayerNorm(x)) (GPT-2's order: the residual stream itself is never normalized);
+    "post": LayerNorm(x + sublayer(x)) (the original transformer's order, which at depth needs a warmup).
+    """
+
+    def __init__(self, size: int, heads: int, causal: bool, norm: str):
+        super().__init__()
+        self.pre = norm == "pre"
+        self.norm1, self.norm2 = nn.LayerNorm(size), nn.LayerNorm(size)
+        self.attention = CausalSelfAttention(size, heads, causal)
+        self.grow, self.shrink = nn.Linear(size, 4 * size), nn.Linear(4 * size, size)
+
+    def feed_forward(self, x):
+        return self.shrink(nn.functional.gelu(self.grow(x)))
+
+    def forward(self, x):
+        if self.pre:
+            x = x + self.attention(self.norm1(x))
+            return x + self.feed_forward(self.norm2(x))
+        x = self.norm1(x + self.attention(x))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class CausalLM(nn.Module):
+    """A small GPT-style decoder: next-token logits (N, T, V) for each of the row's T tokens.
+
+    A row of `n_inputs` values is T = n_inputs token ids (bytes for the text datasets; any float input is cast to
+    integers); `n_classes` is the vocabulary V. Token embeddings plus learned position embeddings, `layers`
+    decoder blocks (`DecoderBlock`), a final LayerNorm, and a linear map to the vocabulary whose weight is the
+    token embedding's (tied, as GPT-2 ties them). Weights start as GPT-2's do: normal with standard deviation
+    0.02, the residual projections' shrunk by sqrt(2 x layers), biases at 0. The activations are functions, not
+    activation modules, and there is no dropout: the activation and mode instruments see nothing to read.
+
+    size: the width (embedding, attention and residual width); heads: attention heads per layer (size must be a
+        multiple); layers: decoder blocks.
+    The knobs of this family's faults:
+    causal: each position attends only to itself and the positions before it (False: to the whole window, so
+        position t reads token t + 1, the byte it has to predict: the answer leaks into the input).
+    norm: "pre" or "post" (see `DecoderBlock`); final_norm: the LayerNorm after the last block (pre-LN only:
+        a post-LN block ends in one already).
+    tied: the output map shares the token embedding's weight (False: a weight of its own).
+    """
+
+    def __init__(
+        self,
+        n_inputs: int,
+        n_classes: int,
+        size: int = 64,
+        layers: int = 2,
+        heads: int = 4,
+        causal: bool = True,
+        norm: str = "pre",
+        final_norm: bool = True,
+        tied: bool = True,
+    ):
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"CausalLM needs at least one decoder block, got layers={layers}")
+        if heads < 1 or size % heads:
+            raise ValueError(f"size={size} must be a multiple of heads={heads} (each head reads size / heads features)")
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}: choose {', '.join(NORMS)}")
+        self.embed = nn.Embedding(n_classes, size)
+        self.position = nn.Parameter(torch.zeros(n_inputs, size))
+        self.blocks = nn.Sequential(*(DecoderBlock(size, heads, causal, norm) for _ in range(layers)))
+        self.norm = nn.LayerNorm(size) if final_norm and norm == "pre" else nn.Identity()
+        self.head = nn.Linear(size, n_classes, bias=False)
+        for module in self.modules():
+            if isinstance(module, nn.Linear | nn.Embedding):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        nn.init.normal_(self.position, std=0.02)
+        for block in self.blocks:  # each residual sum adds two projections per block: keep the stream's scale
+            for projection in (block.attention.out, block.shrink):
+                nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * layers))
+        self.tied = tied
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, x):
+        tokens = x.long()
+        hidden = self.embed(tokens) + self.position[: tokens.shape[1]]
+        return self.head(self.norm(self.blocks(hidden)))
+
+    def copy_head(self) -> None:
+        """Give the output map a copy of its weight as a parameter of its own (the fault "tied weights broken").
+
+        Called after the optimizer was built (as when a script re-ties or re-wraps the head after making the
+        optimizer), the copy is a parameter the optimizer does not hold: backward fills its .grad, no step moves
+        it, and only the input embedding learns.
+        """
+        self.head.weight = nn.Parameter(self.head.weight.detach().clone())
+        self.tied = False
+
+
 def build_model(spec: Mapping, n_inputs: int, n_classes: int) -> nn.Module:
     """The model a `model` config describes (a conf/model/ option: its `_target_` class and knobs), for this task.
 

@@ -9,14 +9,24 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 FAULTS = sorted(p.stem for p in (CONF / "fault").glob("*.yaml"))  # the planted sizes: the default grid's faults
-# Other sizes of the planted faults: conf/fault/mild/ and conf/fault/extreme/, named as Hydra options.
-SIZES = sorted(p.relative_to(CONF / "fault").with_suffix("").as_posix() for p in (CONF / "fault").glob("*/*.yaml"))
+# Every fault file in a subfolder, named as a Hydra option (`mild/lr_too_high`, `lm/no_causal_mask`).
+NESTED = sorted(p.relative_to(CONF / "fault").with_suffix("").as_posix() for p in (CONF / "fault").glob("*/**/*.yaml"))
+# Other sizes of the planted faults: conf/fault/mild/ and conf/fault/extreme/.
+SIZES = [name for name in NESTED if not name.startswith("lm/")]
+# The language-model family's own faults (conf/fault/lm/: model=causal_lm, dataset=stdlib_text) and their sizes.
+LM_FAULTS = [name for name in NESTED if name.startswith("lm/") and name.count("/") == 1]
+LM_SIZES = [name for name in NESTED if name.startswith("lm/") and name.count("/") == 2]
+LM = ["model=causal_lm", "dataset=stdlib_text"]  # the family the language-model faults are planted in
 ZOO = sorted(f"zoo/{p.stem}" for p in (CONF / "dataset" / "zoo").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml"))
+# The datasets of one class per example, which every fault of conf/fault/ is planted on with the MLP: a text dataset
+# (a `text` node: next-token targets per position, for model=causal_lm) is not among them.
+CLASS_DATASETS = [d for d in DATASETS if "text" not in OmegaConf.load(CONF / "dataset" / f"{d}.yaml")]
 DEVICES = sorted(p.stem for p in (CONF / "device").glob("*.yaml"))
 # Short runs: enough steps for every instrument to fire (census at 0, 10, 20, 30), a fraction of the cost.
 SHORT = ["loop.steps=40", "loop.eval_every=20", "loop.census_every=10", "memorize.steps=30", "capacity.steps=30"]

@@ -95,6 +95,8 @@ FELL_SHORT = {"final_val_acc": 0.60, "final_train_acc": 0.62}
 
 PLANTED = {
     "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
+    # A language model whose answer is in its input: the loss far under a compressor's rate on the same text.
+    "answer_leak": {"final_train_loss": 0.03, "final_val_loss": 0.05, "lm_compressor_val_loss": 1.7},
     "frozen_params": {"params_without_grad_share": 0.92, **FELL_SHORT},
     "params_not_updated": {"unmoved_share": 0.9, **FELL_SHORT},  # the first layer left out of the optimizer
     "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},

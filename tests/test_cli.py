@@ -5,10 +5,10 @@ A fault or dataset kept outside the repository works through --config-dir, as do
 
 import pandas as pd
 import pytest
-from conftest import CONF, DATASETS, FAULTS, SHORT, SIZES, ZOO, make_config, run_entry
+from conftest import CONF, DATASETS, FAULTS, NESTED, SHORT, SIZES, ZOO, make_config, run_entry
 
 BAD = {
-    "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS + SIZES),
+    "fault=lr_too_hi": "unknown fault 'lr_too_hi'; valid choices: " + ", ".join(FAULTS + NESTED),
     "fault=mild/lr_too_hi": "unknown fault 'mild/lr_too_hi'",
     "dataset=mnist": "unknown dataset 'mnist'; valid choices: " + ", ".join(DATASETS + ZOO),
     "optimizer=lbfgs": "unknown optimizer 'lbfgs'; valid choices: adam, adamw, rmsprop, sgd, sgd_momentum",

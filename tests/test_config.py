@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import CONF, DATASETS, DEVICES, FAULTS, SIZES, ZOO, make_config
+from conftest import CONF, DATASETS, DEVICES, FAULTS, LM, LM_FAULTS, LM_SIZES, SIZES, ZOO, make_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -10,20 +10,26 @@ from analysis.rules import HEALTHY, RULES
 from harness.records import planted, recipe_yaml
 
 
+def planted_in(fault: str, *overrides: str):
+    """The config of a cell planting `fault`: a language-model fault (conf/fault/lm/) in its own family."""
+    return make_config(*(LM if fault.startswith("lm/") else []), f"fault={fault}", *overrides)
+
+
 def test_the_grid_axes_are_all_there():
     # Every verdict a rule can give is planted by some fault file, and the fault files plant nothing else.
-    planted_verdicts = {verdict for fault in FAULTS for verdict in make_config(f"fault={fault}").fault.values()}
+    planted_verdicts = {verdict for fault in FAULTS + LM_FAULTS for verdict in planted_in(fault).fault.values()}
     assert planted_verdicts == {rule.verdict for rule in RULES} | {HEALTHY}
-    assert DATASETS == ["digits", "sequence", "synthetic"]
+    assert DATASETS == ["digits", "sequence", "stdlib_text", "synthetic"]
     assert DEVICES == ["cpu", "cuda"]
 
 
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", FAULTS + LM_FAULTS)
 def test_fault_file_names_itself_and_its_verdict(fault):
-    cfg = make_config(f"fault={fault}")
-    assert list(cfg.fault) == [fault]
-    assert isinstance(cfg.fault[fault], str) and cfg.fault[fault]
-    assert planted(cfg) == ([fault], [cfg.fault[fault]])
+    cfg = planted_in(fault)
+    name = fault.rsplit("/", 1)[-1]
+    assert list(cfg.fault) == [name]
+    assert isinstance(cfg.fault[name], str) and cfg.fault[name]
+    assert planted(cfg) == ([name], [cfg.fault[name]])
     assert not OmegaConf.missing_keys(cfg)
 
 
@@ -33,17 +39,22 @@ def test_two_faults_compose_into_one_cell_with_both_verdicts():
     assert cfg.loop.lr_scale == 100 and cfg.data.batch_latency == 3  # both changes are in the recipe
 
 
-@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "healthy"])
+@pytest.mark.parametrize("fault", [f for f in FAULTS + LM_FAULTS if f != "healthy"])
 def test_a_fault_is_an_override_of_the_healthy_recipe(fault):
     def recipe(name):
-        values = OmegaConf.to_container(make_config(f"fault={name}"), resolve=True)
+        values = OmegaConf.to_container(
+            planted_in(name)
+            if name == fault
+            else make_config(*(LM if fault.startswith("lm/") else []), f"fault={name}"),
+            resolve=True,
+        )
         values.pop("fault")
         return values
 
     assert recipe(fault) != recipe("healthy"), f"{fault} changes nothing in the recipe"
 
 
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", FAULTS + LM_FAULTS)
 def test_fault_file_documents_mechanism_and_signature(fault):
     comments = [line for line in (CONF / "fault" / f"{fault}.yaml").read_text().splitlines() if line.startswith("#")]
     assert comments[0] == "# @package _global_"
@@ -59,18 +70,20 @@ def _changes(fault: str) -> dict:
             out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
         return out
 
-    healthy = flat(OmegaConf.to_container(make_config("fault=healthy"), resolve=True))
-    values = flat(OmegaConf.to_container(make_config(f"fault={fault}"), resolve=True))
+    family = LM if fault.startswith("lm/") else []
+    healthy = flat(OmegaConf.to_container(make_config(*family, "fault=healthy"), resolve=True))
+    values = flat(OmegaConf.to_container(make_config(*family, f"fault={fault}"), resolve=True))
     return {k: v for k, v in values.items() if not k.startswith(("fault.", "severity")) and healthy.get(k) != v}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES + LM_SIZES)
 def test_every_other_size_is_the_same_fault_with_another_value_of_the_same_knobs(size):
-    severity, fault = size.split("/")
-    cfg = make_config(f"fault={size}")
-    assert cfg.severity == severity and list(cfg.fault) == [f"{fault}_{severity}"]
-    assert cfg.fault[f"{fault}_{severity}"] == make_config(f"fault={fault}").fault[fault], "same verdict"
+    *folder, severity, name = size.split("/")
+    fault = "/".join([*folder, name])  # lm/mild/x is a size of lm/x
+    cfg = planted_in(size)
+    assert cfg.severity == severity and list(cfg.fault) == [f"{name}_{severity}"]
+    assert cfg.fault[f"{name}_{severity}"] == planted_in(fault).fault[name], "same verdict"
     planted, other = _changes(fault), _changes(size)
     assert set(other) >= set(planted) - {"model.hidden"} and other != planted, "same knobs, other values"
     comments = [line for line in (CONF / "fault" / f"{size}.yaml").read_text().splitlines() if line.startswith("#")]
@@ -85,7 +98,7 @@ def test_the_planted_size_records_as_planted_and_a_control_as_none():
     assert severity(make_config("fault=extreme/lr_too_high")) == "extreme"
 
 
-@pytest.mark.parametrize("dataset", DATASETS + ZOO)
+@pytest.mark.parametrize("dataset", [d for d in DATASETS + ZOO if "text" not in make_config(f"dataset={d}").dataset])
 def test_dataset_loader_returns_features_and_labels(dataset):
     cfg = make_config(f"dataset={dataset}")
     features, labels = instantiate(cfg.dataset.loader)

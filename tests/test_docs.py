@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import CONF, FAULTS, ROOT, SIZES
+from conftest import CONF, FAULTS, NESTED, ROOT
 
 from analysis import docs
 from analysis.__main__ import main
@@ -28,7 +28,7 @@ def faults_page() -> str:
     return docs.faults_page()
 
 
-@pytest.mark.parametrize("fault", FAULTS + SIZES)
+@pytest.mark.parametrize("fault", FAULTS + NESTED)
 def test_every_fault_file_has_its_row_with_its_verdict_and_knobs(fault, faults_page):
     verdict, knobs, comment = docs._fault_file(CONF / "fault" / f"{fault}.yaml")
     assert f"| `{fault}` | {verdict} | " in faults_page

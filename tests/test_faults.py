@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import DATASETS, FAULTS, SHORT, make_config
+from conftest import CLASS_DATASETS, FAULTS, SHORT, make_config
 
 from harness.cell import run_cell
 from harness.data import load_splits, training_batches
@@ -26,7 +26,7 @@ def short_run(fault: str, dataset: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_every_fault_gives_an_ok_record_with_every_measurement(fault, dataset):
     record = short_run(fault, dataset)
@@ -43,7 +43,7 @@ def test_every_fault_gives_an_ok_record_with_every_measurement(fault, dataset):
 
 
 # What each planted fault does to the measurement it is documented to move, against the healthy run.
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_no_zero_grad_accumulates_gradients(dataset):
     assert short_run("healthy", dataset)["accumulation_ratio"] == pytest.approx(1.0)
     assert short_run("no_zero_grad", dataset)["accumulation_ratio"] > 3.0
@@ -51,7 +51,7 @@ def test_no_zero_grad_accumulates_gradients(dataset):
     assert short_run("no_zero_grad", dataset)["grad_carried_share"] == 1.0
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_accumulation_on_purpose_carries_nothing_across_steps_and_forgotten_zeroing_carries_everything(dataset):
     on_purpose, forgotten = short_run("healthy_accumulation", dataset), short_run("accumulation_never_zeroed", dataset)
     for record in (on_purpose, forgotten):  # 40 batches, 4 per optimizer step
@@ -61,12 +61,12 @@ def test_accumulation_on_purpose_carries_nothing_across_steps_and_forgotten_zero
     assert forgotten["grad_carried_share"] == 1.0
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_gradients_zeroed_in_place_carry_nothing_across_steps(dataset):
     assert short_run("healthy_zeroed_grads", dataset)["grad_carried_share"] == 0.0
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_mixed_precision_is_read_unscaled_and_clipping_before_unscale_cuts_every_step(dataset):
     plain, amp = short_run("healthy", dataset), short_run("healthy_amp", dataset)
     wrong = short_run("amp_clip_before_unscale", dataset)
@@ -80,14 +80,14 @@ def test_mixed_precision_is_read_unscaled_and_clipping_before_unscale_cuts_every
     assert wrong["grad_kept_at_step"] < 1e-3 and wrong["clipped_step_share"] == 1.0
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_clipping_control_cuts_some_steps_by_a_modest_factor(dataset):
     plain, clipped = short_run("healthy", dataset), short_run("healthy_clipping", dataset)
     assert (plain["grad_kept_at_step"], plain["clipped_step_share"]) == (1.0, 0.0)
     assert clipped["clipped_step_share"] > 0 and 0.1 < clipped["grad_kept_at_step"] <= 1.0
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_a_warmup_that_ends_reaches_the_rate_and_one_that_never_ends_does_not(dataset):
     # 40 steps: a warmup of 60 steps reaches 40/60 of the rate by then, one of 60 000 steps 40/60 000.
     assert short_run("healthy", dataset)["lr_peak_share"] == 1.0
@@ -95,7 +95,7 @@ def test_a_warmup_that_ends_reaches_the_rate_and_one_that_never_ends_does_not(da
     assert short_run("warmup_never_ends", dataset)["lr_peak_share"] == pytest.approx(40 / 60000)
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_the_causes_that_hid_behind_a_model_too_small_plant_what_their_checks_read(dataset):
     healthy = short_run("healthy", dataset)
     assert (healthy["lr_decayed_share"], healthy["unmoved_share"], healthy["targets_changed_share"]) == (0, 0, 0)
@@ -109,7 +109,7 @@ def test_the_causes_that_hid_behind_a_model_too_small_plant_what_their_checks_re
     assert short_run("targets_changed_in_loop", dataset)["targets_changed_share"] > 0.5
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_class_sorted_batches_hold_few_classes_and_a_fixed_order_as_many_as_shuffled_ones(dataset):
     assert short_run("healthy", dataset)["batch_label_mix"] == pytest.approx(1.0, abs=0.1)
     assert short_run("healthy_fixed_order", dataset)["batch_label_mix"] == pytest.approx(1.0, abs=0.1)
@@ -129,20 +129,20 @@ def test_the_orders_feed_every_example_once_per_epoch():
             assert [b[1].unique().tolist() for b in epochs[0]] == [[0], [1], [2]]
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_frozen_params_leave_most_weights_without_gradient(dataset):
     assert short_run("healthy", dataset)["params_without_grad"] == 0
     record = short_run("frozen_params", dataset)
     assert record["params_without_grad"] == 4 and record["params_without_grad_share"] > 0.7
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_starved_loader_waits_most_of_the_time(dataset):
     assert short_run("healthy", dataset)["data_wait_share"] < 0.3
     assert short_run("starved_loader", dataset)["data_wait_share"] > 0.5
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_unscaled_inputs_are_large_and_start_far_above_ln_c(dataset):
     healthy, unscaled = short_run("healthy", dataset), short_run("unscaled_inputs", dataset)
     assert 0.5 < healthy["input_rms"] < 1.5 and unscaled["input_rms"] > 100
@@ -150,7 +150,7 @@ def test_unscaled_inputs_are_large_and_start_far_above_ln_c(dataset):
     assert unscaled["first_loss"] > 4 * unscaled["ln_classes"]
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_dead_relu_starts_dead_and_cannot_memorize(dataset):
     assert short_run("healthy", dataset)["dead_unit_share_init"] < 0.1
     record = short_run("dead_relu", dataset)
@@ -158,14 +158,14 @@ def test_dead_relu_starts_dead_and_cannot_memorize(dataset):
     assert record["memorize_best_loss"] > 0.5 * record["ln_classes"]
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_learning_rates_move_the_update_ratio(dataset):
     healthy = short_run("healthy", dataset)["update_ratio_median"]
     assert short_run("lr_too_low", dataset)["update_ratio_median"] < healthy / 100
     assert short_run("lr_too_high", dataset)["update_ratio_median"] > healthy * 5
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_a_start_from_zero_biases_reads_the_healthy_rate(dataset):
     # Keras's start: the biases' ratios are about 1 for the first steps whatever the rate; the weights' are not.
     healthy, keras = short_run("healthy", dataset), short_run("healthy_keras_init", dataset)
@@ -173,7 +173,7 @@ def test_a_start_from_zero_biases_reads_the_healthy_rate(dataset):
     assert keras["update_ratio_median"] < 3 * healthy["update_ratio_median"]
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_model_too_small_has_a_narrow_hidden_layer(dataset):
     sizes = {f: sum(math.prod(s) for s in _shapes(f, dataset)) for f in ("healthy", "model_too_small")}
     assert sizes["model_too_small"] < sizes["healthy"] / 10
@@ -184,7 +184,7 @@ def _shapes(fault, dataset):
     return [p.shape for p in build_model(cfg.model, n_inputs=8, n_classes=10).parameters()]
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_shuffled_labels_break_the_link_between_features_and_labels(dataset):
     cfg, shuffled = make_config(f"dataset={dataset}"), make_config(f"dataset={dataset}", "fault=shuffled_labels")
     truth, planted = load_splits(cfg.dataset, cfg.data, 0), load_splits(shuffled.dataset, shuffled.data, 0)
@@ -210,7 +210,7 @@ def test_training_batches_are_reshuffled_and_latency_is_real():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_healthy_recipe_reaches_good_validation_accuracy(dataset):
     record = run_cell(make_config(f"dataset={dataset}"))  # the full 600-step recipe
     assert record["status"] == "ok"
@@ -218,40 +218,40 @@ def test_healthy_recipe_reaches_good_validation_accuracy(dataset):
     assert np.isclose(record["first_loss"], record["ln_classes"], atol=0.3)
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_exploding_gradients_grow_the_signal_layer_after_layer(dataset):
     assert short_run("healthy", dataset)["activation_growth_init"] < 2
     record = short_run("exploding_gradients", dataset)
     assert record["activation_growth_init"] > 20 and record["first_loss"] > 10 * record["ln_classes"]
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_vanishing_gradients_starve_the_first_layer(dataset):
     assert short_run("healthy", dataset)["grad_depth_ratio_init"] > 0.1
     assert short_run("vanishing_gradients", dataset)["grad_depth_ratio_init"] < 1e-2
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_saturated_activations_start_near_their_bounds(dataset):
     assert math.isnan(short_run("healthy", dataset)["saturated_share_init"])  # no tanh or sigmoid to saturate
     assert short_run("saturated_activations", dataset)["saturated_share_init"] > 0.3
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_double_softmax_hands_probabilities_to_the_loss(dataset):
     assert short_run("healthy", dataset)["output_prob_share"] == 0
     assert short_run("double_softmax", dataset)["output_prob_share"] == 1
     assert math.isnan(short_run("double_softmax", dataset)["logit_reach_span"])  # rows summing to 1: not this check
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_squashed_logits_keep_the_softmax_losss_inputs_within_1_of_each_other(dataset):
     assert short_run("healthy", dataset)["logit_reach_span"] > 1000  # a linear head, its weights scaled 1000x
     assert short_run("squashed_logits", dataset)["logit_reach_span"] <= 1.0  # a sigmoid: (0, 1) at most
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_wrong_mode_faults_are_seen_in_the_forwards_and_dropout_alone_is_not(dataset):
     control = short_run("healthy_dropout", dataset)
     assert control["eval_in_train_share"] == 0 and control["train_in_eval_share"] == 0
@@ -261,13 +261,13 @@ def test_wrong_mode_faults_are_seen_in_the_forwards_and_dropout_alone_is_not(dat
     assert short_run("eval_left_on", dataset)["train_in_eval_share"] == 0.5
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_class_imbalance_shows_in_the_labels_the_loop_sees(dataset):
     assert short_run("healthy", dataset)["label_imbalance"] < 1.6
     assert short_run("class_imbalance", dataset)["label_imbalance"] > 8
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_overfitting_trains_on_a_tenth_of_the_set_with_its_class_mix(dataset):
     healthy, small = _labels(dataset), _labels(dataset, "fault=overfitting")
     assert abs(len(small.y_train) - 0.1 * len(healthy.y_train)) <= healthy.n_classes
@@ -281,7 +281,7 @@ def _labels(dataset, *overrides):
     return load_splits(cfg.dataset, cfg.data, 0)
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_label_noise_and_misalignment_change_the_training_labels_only(dataset):
     truth = _labels(dataset)
     noisy, shifted = _labels(dataset, "fault=label_noise"), _labels(dataset, "fault=misaligned_labels")
