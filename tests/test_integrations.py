@@ -15,6 +15,7 @@ import math
 import os
 import statistics
 import sys
+import time
 from typing import ClassVar
 
 import pytest
@@ -701,3 +702,45 @@ def test_the_forward_guard_keeps_the_signature_follows_a_deepcopy_and_puts_back_
         guard.remove()
         assert vars(model).get("forward") is previous
         raised.clear()
+
+
+class SlowBatches:
+    """The digits' batches, each 10 ms late: a loader that keeps the loop waiting."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        for batch in self.batches:
+            time.sleep(0.01)
+            yield batch
+
+    def __len__(self):
+        return len(self.batches)
+
+
+@pytest.mark.parametrize("slow", ["loader", "between_batches"])
+def test_lightning_wait_for_data_is_its_fetch_not_its_work_between_batches(pl, slow):
+    """Lightning's own work between two batches (here a callback taking 10 ms) is no wait for data; a loader's is.
+
+    Under DDP Lightning broadcasts between batches, which made healthy two-rank fits starved_loader on a busy host.
+    """
+    from doctor.integrations.lightning import DoctorCallback
+
+    class Bookkeeping(pl.Callback):
+        def on_train_batch_end(self, *_args):
+            if slow == "between_batches":
+                time.sleep(0.01)
+
+    torch.manual_seed(0)
+    doctor = DoctorCallback(nn.CrossEntropyLoss())
+    trainer = lightning_trainer(pl, doctor, 60)
+    trainer.callbacks.append(Bookkeeping())  # after the doctor's: between one batch's end and the next
+    batches = digit_batches()
+    trainer.fit(lightning_module(pl, 1e-2)(), SlowBatches(list(batches)) if slow == "loader" else batches)
+    share = doctor.report.measurements["data_wait_share"]
+    if slow == "loader":
+        assert share > 0.5 and doctor.report.verdict == "starved_loader", str(doctor.report)
+    else:
+        assert share < 0.2, str(doctor.report)
+    assert not {"start", "stop"} & set(vars(trainer.profiler))  # the profiler's own methods are back

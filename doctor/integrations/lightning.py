@@ -31,6 +31,11 @@ Under DDP (strategy="ddp", launched by torchrun or by Lightning) the callback on
 LightningModule inside the wrapper and reports at on_fit_end on every rank, where the ranks' evidence is gathered
 (docs/doctor.md, "Several processes"); rank 0 alone logs the verdict.
 
+The wait for data is the time Lightning's loop spends fetching each training batch, timed where it tells its
+profiler it fetches ("train_dataloader_next"; `FetchClock`): what Lightning does between two batches besides
+(other callbacks, logging, the progress bar, under DDP a broadcast each step whose wait is the other ranks') is no
+wait for data. A Lightning that names no such fetch gets the time from one batch's end to the next's start.
+
 A fit that raises calls on_exception, which takes every hook off and leaves no report. The callback's
 state_dict() goes into Lightning's checkpoints: a fit resumed with fit(..., ckpt_path=...) continues the count
 of steps and keeps what only the fit's start measured (doctor/integrations/__init__.py, `Carried`).
@@ -50,6 +55,47 @@ from doctor.integrations import LOG, Outcome
 from harness.torch_private import grad_scaler_scale
 
 
+class FetchClock:
+    """The seconds Lightning's training loop spends fetching batches, from the profiler calls around each fetch.
+
+    Lightning's training epoch loop calls `trainer.profiler.start/stop("[...].train_dataloader_next")` around the
+    fetch of each batch (with prefetching: the fetch of the batch after, which is what the loop waits for then). The
+    clock wraps those two methods on the trainer's profiler for the fit and passes every call on unchanged.
+    """
+
+    ACTION = "train_dataloader_next"
+
+    def __init__(self, profiler):
+        self.profiler, self._began, self._pending = profiler, None, None
+        self._own = {name: vars(profiler).get(name) for name in ("start", "stop")}  # instance attributes to restore
+        self._start, self._stop = profiler.start, profiler.stop
+        profiler.start, profiler.stop = self.start, self.stop
+
+    def start(self, action_name: str) -> None:
+        self._start(action_name)
+        if action_name.endswith(self.ACTION):
+            self._began = time.perf_counter()
+
+    def stop(self, action_name: str) -> None:
+        if action_name.endswith(self.ACTION) and self._began is not None:
+            self._pending = (self._pending or 0.0) + time.perf_counter() - self._began
+            self._began = None
+        self._stop(action_name)
+
+    def take(self) -> float | None:
+        """The fetching time since the last take; None where no fetch was timed (the epoch's first, prefetched)."""
+        fetched, self._pending = self._pending, None
+        return fetched
+
+    def remove(self) -> None:
+        """Put the profiler's own methods back."""
+        for name, own in self._own.items():
+            if own is None:
+                vars(self.profiler).pop(name, None)
+            else:
+                setattr(self.profiler, name, own)
+
+
 class DoctorCallback(Outcome, Callback):
     """Watches a Lightning fit with the doctor; `report` (and `report_dict()`) once fit has ended.
 
@@ -66,6 +112,7 @@ class DoctorCallback(Outcome, Callback):
         self.loss_fn, self.doctor_kwargs = loss_fn, doctor_kwargs
         self._loss: torch.Tensor | None = None  # the loss on_before_backward saw, as computed
         self._ready_at = 0.0  # when the loop was last ready for a batch: waiting for one starts then
+        self._fetch: FetchClock | None = None  # the time Lightning spends fetching batches, for the fit
         self._forward_seen = False
         self._output: torch.Tensor | None = None  # this step's first training output, while the loss is unchecked
         # The hook that looks at the training forward: until the first backward, or until the loss is checked.
@@ -89,6 +136,8 @@ class DoctorCallback(Outcome, Callback):
         if self.doctor is not None:
             self._hooks = [pl_module.register_forward_hook(self._training_forward)]
         self._ready_at = time.perf_counter()
+        if self.doctor is not None and getattr(trainer, "profiler", None) is not None:
+            self._fetch = FetchClock(trainer.profiler)
 
     def _training_forward(self, module, _inputs, output) -> None:
         if torch.is_grad_enabled() and module.training:
@@ -107,9 +156,10 @@ class DoctorCallback(Outcome, Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.doctor is None:
             return
-        # From the end of the last batch (or the epoch's start, or a validation's end) to this batch: Lightning
-        # fetched it and moved it to the device then, and did its own bookkeeping between batches (a little).
-        waited = time.perf_counter() - self._ready_at
+        # The fetch Lightning timed for this batch; else from the end of the last batch (or the epoch's start, or
+        # a validation's end) to this one, Lightning's own work between batches included.
+        fetched = self._fetch.take() if self._fetch is not None else None
+        waited = fetched if fetched is not None else time.perf_counter() - self._ready_at
         self._output = None  # the training forward of this batch is the one its loss is computed from
         with self._judging():
             self.doctor.see(batch, waited)
@@ -158,11 +208,18 @@ class DoctorCallback(Outcome, Callback):
 
         Lightning calls it for any exception out of fit (KeyboardInterrupt included), then raises it on unchanged.
         """
+        self._stop_clock()
         self.close()
 
     def on_fit_end(self, trainer, pl_module) -> None:
         """Compute, keep and log the report."""
+        self._stop_clock()
         self._conclude(log=trainer.is_global_zero)
+
+    def _stop_clock(self) -> None:
+        if self._fetch is not None:
+            self._fetch.remove()
+            self._fetch = None
 
     # ----- checkpoints ---------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
