@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from analysis.checks.base import Finding
+from doctor.machine import Check
 from harness.instruments.ranks import shuffles
 
 SAME_SHARE = 0.5  # of the batches compared: more than this identical across ranks, or repeated across passes
@@ -103,20 +104,9 @@ def absent(rank: int, world_size: int, why: str) -> dict:
     return {"rank": rank, "world_size": world_size, "gave_up": why}
 
 
-@dataclass(frozen=True)
-class RankLine:
-    """One check across the ranks, as the report lists it: passed (True), failed (False), not judged (None)."""
-
-    check: str
-    ok: bool | None
-    detail: str
-
-    @property
-    def mark(self) -> str:
-        return "[n/a]" if self.ok is None else "[yes]" if self.ok else "[no ]"
-
-    def to_dict(self) -> dict:
-        return {"check": self.check, "ok": self.ok, "detail": self.detail}
+# One check across the ranks, as the report lists it: passed (True), failed (False), not judged (None); the same
+# shape as a line of the bigger-machine checklist.
+RankLine = Check
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,9 @@ class Check:
         """The report's box: [yes], [no ] or [n/a] (not measured)."""
         return "[n/a]" if self.ok is None else "[yes]" if self.ok else "[no ]"
 
+    def to_dict(self) -> dict:
+        return {"check": self.check, "ok": self.ok, "detail": self.detail}
+
 
 @dataclass(frozen=True)
 class Checklist:
@@ -63,7 +66,7 @@ class Checklist:
 
     def to_dict(self) -> dict:
         """The checklist as JSON-ready values: the checks, the conclusion, and whether a bigger machine helps."""
-        checks = [{"check": c.check, "ok": c.ok, "detail": c.detail} for c in self.checks]
+        checks = [c.to_dict() for c in self.checks]
         return {"checks": checks, "conclusion": self.conclusion, "helps": self.helps}
 
 

@@ -9,9 +9,6 @@ hand-made evidence, a rank's own readings, a report whose process group is gone.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import jsonschema
 import pytest
@@ -19,8 +16,8 @@ import torch
 from conftest import ROOT
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torchrun import launch
 
-from benchmarks.realbugs.traincheck.ranks import free_port
 from doctor import distributed
 from doctor.core import Observed, diagnose
 from doctor.observed_io import from_plain, to_plain
@@ -37,15 +34,7 @@ ACROSS = ("no_distributed_sampler", "set_epoch_not_called", "replicas_out_of_syn
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Every case of tests/ddp_runs.py on two ranks under torchrun: {(case, rank): what the rank wrote}."""
-    out = tmp_path_factory.mktemp("ddp")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
-    command += [str(free_port()), str(ROOT / "tests" / "ddp_runs.py"), str(out), *CASES]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return {
-        (case, rank): json.loads((out / f"{case}.rank{rank}.json").read_text()) for case in CASES for rank in (0, 1)
-    }
+    return launch("ddp_runs.py", tmp_path_factory.mktemp("ddp"), CASES)
 
 
 def _across(document: dict) -> list[str]:

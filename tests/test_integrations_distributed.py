@@ -13,9 +13,6 @@ loop call it on the loader's sampler each epoch).
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import jsonschema
 import pytest
@@ -23,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT
 from torch import nn
+from torchrun import launch
 
-from benchmarks.realbugs.traincheck.ranks import free_port
 from doctor.integrations import ImpliedLoss
 from harness.instruments.ranks import RankWatch
 
@@ -41,15 +38,7 @@ LIGHTNING_CASES = ("lightning_healthy", "lightning_no_sampler", "lightning_gave_
 
 def launched(tmp_path_factory, cases: tuple[str, ...]) -> dict:
     """The cases of tests/ddp_integration_runs.py on two ranks under torchrun: {(case, rank): what the rank wrote}."""
-    out = tmp_path_factory.mktemp("ddp")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
-    command += [str(free_port()), str(ROOT / "tests" / "ddp_integration_runs.py"), str(out), *cases]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return {
-        (case, rank): json.loads((out / f"{case}.rank{rank}.json").read_text()) for case in cases for rank in (0, 1)
-    }
+    return launch("ddp_integration_runs.py", tmp_path_factory.mktemp("ddp"), cases)
 
 
 @pytest.fixture(scope="module")
