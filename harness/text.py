@@ -34,7 +34,11 @@ PAD = 0  # the pad byte (NUL never occurs in the source files)
 IGNORE = -100  # the target of a padded position: the loss's ignore_index
 
 COLUMNS = (
-    Column("text_digest", STR, "language modelling: SHA-256 of the corpus bytes, training files then validation"),
+    Column(
+        "text_digest",
+        STR,
+        "language modelling: SHA-256 of the corpus bytes, training files then validation (empty without a text)",
+    ),
     Column("text_train_bytes", I64, "language modelling: bytes of the training files"),
     Column("text_val_bytes", I64, "language modelling: bytes of the validation files"),
     Column(
@@ -50,7 +54,7 @@ COLUMNS = (
     Column("lm_compressor_val_loss", F64, "lzma's compressed size of the validation text, in nats per byte"),
 )
 NOT_TEXT = {
-    "text_digest": None,
+    "text_digest": "",  # no text: every record holds every measurement (None would read as one missing)
     "text_train_bytes": 0,
     "text_val_bytes": 0,
     "lm_unigram_val_loss": math.nan,
