@@ -76,7 +76,7 @@ from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
-from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, Finding, load_thresholds
+from analysis.rules import HEALTHY, RULES, UNEXPLAINED, VERDICTS, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
 from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
@@ -626,10 +626,9 @@ NUMERIC_FACTS = tuple(check.verdict for check in NUMERIC_CHECKS)  # judged first
 def _beyond_the_task(measured: Mapping) -> str | None:
     """Which checks this run's task leaves unjudged (their feature not measured), and why; None: none."""
     task = measured.get("task")
-    values, rules = features(measured), {rule.verdict: rule for rule in RULES}
-    said = []
+    values, said = features(measured), []
     for why, verdicts in NOT_JUDGED_ON_TASK.get(task, ()):
-        unjudged = [v for v in verdicts if v in rules and math.isnan(values[rules[v].feature])]
+        unjudged = [v for v in verdicts if v in VERDICTS and math.isnan(values[VERDICTS[v].feature])]
         if unjudged:
             said.append(f"{', '.join(unjudged)} ({why})")
     return f"not judged on {task} outputs: {'; '.join(said)}" if said else None
@@ -842,16 +841,13 @@ class ShiftInTheLoop(Collector):
         output, self.output = self.output, None
         if output is None or not torch.is_tensor(targets) or output.shape[:2] != targets.shape:
             return
-        with torch.no_grad():
-            seen = float(loss.detach())
-            try:
-                as_they_are, moved = (
-                    float(self.loss_fn(output, y.to(output.device))) for y in (targets, shifted(targets, 1, self.fill))
-                )
-            except Exception:  # noqa: BLE001 - a loss that cannot take them so shows nothing: nothing is said
-                return
-        close = [math.isclose(value, seen, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)]
-        if close == [False, True]:
+        seen = float(loss.detach())
+        try:
+            with torch.no_grad():
+                in_the_loop = only_shifted_reproduces(self.loss_fn, output, targets.to(output.device), seen, self.fill)
+        except Exception:  # noqa: BLE001 - a loss that cannot take them so shows nothing: nothing is said
+            return
+        if in_the_loop:
             raise UnsupportedTask(
                 f"the loop's loss on the first step ({seen:.4g}) scores the output at each position against the next"
                 " position's target, a shift made in the loop's own loss: hand the doctor the targets already"
@@ -898,12 +894,18 @@ def causal_shift(
             if not (logits.dim() == 3 and logits.shape[:2] == labels.shape):
                 return 0
             loss = PositionLoss.of(loss_fn, logits, labels)
-            as_they_are, moved = (float(loss(logits, y)) for y in (labels, shifted(labels, 1, fill)))
+            return 1 if only_shifted_reproduces(loss, logits, labels, float(own), fill) else 0
     except Exception:  # noqa: BLE001 - a model or loss that cannot be called so shows no shift: none is read
         return 0
-    own = float(own)
-    reproduces = [math.isclose(value, own, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)]
-    return 1 if reproduces == [False, True] else 0
+
+
+def only_shifted_reproduces(loss_fn: Callable, logits: torch.Tensor, labels: torch.Tensor, seen: float, fill: int):
+    """Whether `seen`, a loss of `logits`, is `loss_fn` against `labels` moved one position left and not as they are.
+
+    Within 0.1%, as the callbacks' implied loss is checked; `fill` (the loss's ignore_index) after the last position.
+    """
+    as_they_are, moved = (float(loss_fn(logits, y)) for y in (labels, shifted(labels, 1, fill)))
+    return [math.isclose(value, seen, rel_tol=1e-3, abs_tol=1e-6) for value in (as_they_are, moved)] == [False, True]
 
 
 def _check_labels(targets: torch.Tensor, out: torch.Tensor, classes: int, loss_fn: Callable | None) -> None:

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from doctor import distributed
-from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose
-from harness.targets import INDEX_TASKS, in_classes, shifted, task_of
+from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose, only_shifted_reproduces
+from harness.targets import INDEX_TASKS, in_classes, task_of
 
 LOG = logging.getLogger("doctor")
 
@@ -187,8 +187,8 @@ class ImpliedLoss:
         kind = self.task or task_of(targets, outputs)
         if kind == "sequence":
             with torch.no_grad():
-                moved = float(self(outputs.detach(), shifted(targets, 1, -100)))
-            if math.isclose(moved, seen, rel_tol=1e-3, abs_tol=1e-6):
+                in_the_loop = only_shifted_reproduces(self, outputs.detach(), targets, seen, fill=-100)
+            if in_the_loop:
                 return (
                     f"no loss_fn was given, and the loss training computed on the first batch ({seen:.4g}) scores the"
                     " output at each position against the next position's target, a causal shift made where the"
