@@ -50,19 +50,11 @@ from torch import nn
 
 from analysis.checks.base import Finding
 from doctor.machine import Check
-from harness.instruments.ranks import shuffles
+from harness.instruments.ranks import shuffles, world
 
 SAME_SHARE = 0.5  # of the batches compared: more than this identical across ranks, or repeated across passes
 REPLICA_TOLERANCE = 1e-6  # of a tensor's sum of magnitudes: a difference past it is not rounding
 SUM_TOLERANCE = 0.01  # past 1x: the stepped gradient longer than any average of the ranks' gradients can be
-
-
-def world() -> tuple[int, int] | None:
-    """(rank, world size) of this process's default group when it has more than one rank; None otherwise."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return None
-    size = torch.distributed.get_world_size()
-    return (torch.distributed.get_rank(), size) if size > 1 else None
 
 
 def unwrapped(model: nn.Module) -> nn.Module:

@@ -25,13 +25,8 @@ import torch
 
 from harness.column import F64, Column
 from harness.instruments.loop import Collector, Loop
+from harness.instruments.ranks import world
 from harness.torch_private import drop_empty_hook_table, inplace_version, is_view
-
-
-def several_ranks() -> bool:
-    """Whether this process trains in a torch.distributed group of more than one rank (DDP averages .grad in place)."""
-    distributed = torch.distributed
-    return distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1
 
 
 def unhook(param: torch.Tensor, hook) -> None:
@@ -67,7 +62,7 @@ class GradientClearing(Collector):
         self._gradient_hooks: list = []
         self._watched: torch.Tensor | None = None  # the parameter whose .grad is read (_hook_every_gradient)
         # Read by the hook on every step (_read_cleared); from the start where DDP moves .grad's counter itself.
-        self._exact = several_ranks()
+        self._exact = world() is not None
         self._grad_at_step: tuple | None = None  # (weakref to .grad, its version) as the last optimizer step left it
         self._step_hook = loop.after_update(self._after_update, when="arming")  # for the next cycle, if it is watched
         self._hook_every_gradient()

@@ -51,6 +51,14 @@ SAMPLED = 32  # values of each batch's inputs (and of its targets) a fingerprint
 LATEST = 32  # sampled steps kept besides the powers of two: what is gathered stays small on a long run
 
 
+def world() -> tuple[int, int] | None:
+    """(rank, world size) of this process's default group when it has more than one rank; None otherwise."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    size = torch.distributed.get_world_size()
+    return (torch.distributed.get_rank(), size) if size > 1 else None
+
+
 def sampled(step: int) -> bool:
     """Whether the ranks compare replicas and gradients at this optimizer step (0-based): 0, 1, 2, 4, 8, ..., 100k.
 
