@@ -290,14 +290,6 @@ def test_trainer_on_gpt2_reads_the_causal_shift_and_a_healthy_run_is_healthy(hf,
     assert report.verdict == "healthy", str(report)
 
 
-@pytest.mark.parametrize("fault, verdict", FAULTS)
-def test_trainer_on_gpt2_names_a_planted_fault(hf, tmp_path, fault, verdict):
-    data = language_data(300 * BATCH, padding_scored=fault == "padding")
-    doctor = trainer_run(hf, tmp_path, gpt2(hf), data, lr=1.0 if fault == "rate" else 3e-3, steps=300)
-    report = doctor.report
-    assert report.verdict == verdict, str(report)
-
-
 def test_trainer_on_a_bert_tagger_reads_no_shift_and_a_healthy_run_is_healthy(hf, tmp_path):
     data = tagging_data(300 * BATCH)
     doctor = trainer_run(hf, tmp_path, bert_tagger(hf), data, lr=3e-3, steps=300)
@@ -308,10 +300,16 @@ def test_trainer_on_a_bert_tagger_reads_no_shift_and_a_healthy_run_is_healthy(hf
     assert report.verdict == "healthy", str(report)
 
 
+# Each model with the data it trains on: GPT-2 on next-byte windows, the BERT tagger on Python's token types.
+TRAINER_MODELS = {"gpt2": (gpt2, language_data), "bert tagger": (bert_tagger, tagging_data)}
+
+
 @pytest.mark.parametrize("fault, verdict", FAULTS)
-def test_trainer_on_a_bert_tagger_names_a_planted_fault(hf, tmp_path, fault, verdict):
-    data = tagging_data(300 * BATCH, padding_scored=fault == "padding")
-    doctor = trainer_run(hf, tmp_path, bert_tagger(hf), data, lr=1.0 if fault == "rate" else 3e-3, steps=300)
+@pytest.mark.parametrize("name", TRAINER_MODELS)
+def test_the_trainer_names_a_planted_fault(hf, tmp_path, name, fault, verdict):
+    build, make_data = TRAINER_MODELS[name]
+    data = make_data(300 * BATCH, padding_scored=fault == "padding")
+    doctor = trainer_run(hf, tmp_path, build(hf), data, lr=1.0 if fault == "rate" else 3e-3, steps=300)
     report = doctor.report
     assert report.verdict == verdict, str(report)
 
