@@ -224,8 +224,15 @@ def test_lm_cells_get_their_verdicts(fault, verdict):
 
 
 @pytest.mark.slow
-def test_without_the_causal_mask_the_loss_falls_far_below_the_bigram_reference():
+def test_without_the_causal_mask_the_last_position_is_the_hard_one():
     # The leak is there (each position reads the byte it predicts), but 600 steps of this small model do not take
-    # the loss under a quarter of lzma's rate: answer_leak does not name it (see docs/grid.md).
+    # the loss under a quarter of lzma's rate: answer_leak does not name it. Where the loss is high does: every
+    # position but the window's last reads its target (see docs/grid.md).
+    import pandas as pd
+
+    from analysis.rules import verdicts
+
     record = lm_cell("lm/no_causal_mask")
     assert record["final_val_loss"] < 0.5 * record["lm_bigram_val_loss"]
+    assert record["last_position_loss_ratio"] > 1.5
+    assert verdicts(pd.DataFrame([record])).verdict.iloc[0] == "future_visible"

@@ -40,10 +40,11 @@ def text(names) -> torch.Tensor:
 
 
 class TinyLM(nn.Module):
-    """Token and position embeddings, one causal transformer layer, a linear map to the vocabulary."""
+    """Token and position embeddings, one transformer layer (causal unless told), a linear map to the vocabulary."""
 
-    def __init__(self, width: int = 48, layers: int = 1):
+    def __init__(self, width: int = 48, layers: int = 1, causal: bool = True):
         super().__init__()
+        self.causal = causal
         self.embed = nn.Embedding(VOCAB, width)
         self.position = nn.Embedding(CONTEXT, width)
         layer = nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
@@ -52,9 +53,9 @@ class TinyLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         length = tokens.shape[1]
-        mask = nn.Transformer.generate_square_subsequent_mask(length)
+        mask = nn.Transformer.generate_square_subsequent_mask(length) if self.causal else None
         hidden = self.embed(tokens) + self.position(torch.arange(length))
-        return self.head(self.blocks(hidden, mask=mask, is_causal=True))
+        return self.head(self.blocks(hidden, mask=mask, is_causal=self.causal))
 
 
 def windows(tokens: torch.Tensor, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,21 +76,49 @@ def batches(x: torch.Tensor, y: torch.Tensor) -> list[tuple[torch.Tensor, torch.
     return [(x[i : i + BATCH], y[i : i + BATCH]) for i in range(0, len(x), BATCH)]
 
 
-def data(steps: int, pad: bool) -> tuple[list, list]:
+def generated_text(length: int, seed: int) -> torch.Tensor:
+    """A generated text: an order-2 Markov chain over 64 symbols in which each pair of symbols allows 4 next ones.
+
+    A problem made here, not read anywhere, so the doctor's choices may be looked at on it.
+    """
+    generator = torch.Generator().manual_seed(0)  # one chain; `seed` draws its text
+    symbols = 64
+    following = torch.randint(1, symbols, (symbols, symbols, 4), generator=generator)
+    weights = torch.rand(symbols, symbols, 4, generator=generator).cumsum(dim=2)
+    draws = torch.rand(length, generator=torch.Generator().manual_seed(seed)) * weights[..., -1].max()
+    tokens = [1, 2]
+    for draw in draws.tolist():
+        cumulative = weights[tokens[-2], tokens[-1]]
+        pick = min(int(torch.searchsorted(cumulative, draw * cumulative[-1] / weights[..., -1].max())), 3)
+        tokens.append(int(following[tokens[-2], tokens[-1], pick]))
+    return torch.tensor(tokens)
+
+
+def data(steps: int, pad: bool, generated: bool = False) -> tuple[list, list]:
     """Training batches for `steps` steps and validation batches (other files), padded with -100 if `pad`."""
-    train_x, train_y = windows(text(TRAIN_FILES), steps * BATCH, seed=0)
-    val_x, val_y = windows(text(VALIDATION_FILES), 128, seed=1)
+    training_text = generated_text(40_000, seed=0) if generated else text(TRAIN_FILES)
+    validation_text = generated_text(10_000, seed=1) if generated else text(VALIDATION_FILES)
+    train_x, train_y = windows(training_text, steps * BATCH, seed=0)
+    val_x, val_y = windows(validation_text, 128, seed=1)
     if pad:
         train_x, train_y = padded(train_x, train_y, seed=2)
         val_x, val_y = padded(val_x, val_y, seed=3)
     return batches(train_x, train_y), batches(val_x, val_y)
 
 
-def train(rate: float, steps: int, pad: bool = False, model_factory=None, **doctor_options) -> Doctor:
+def train(
+    rate: float,
+    steps: int,
+    pad: bool = False,
+    model_factory=None,
+    causal: bool = True,
+    generated: bool = False,
+    **doctor_options,
+) -> Doctor:
     """A plain loop: Adam at `rate`, the loss on the flattened positions, the doctor watching it."""
-    training, validation = data(steps, pad)
+    training, validation = data(steps, pad, generated)
     torch.manual_seed(0)
-    model = TinyLM()
+    model = TinyLM(causal=causal)
     optimizer = torch.optim.Adam(model.parameters(), lr=rate)
     loss_fn = nn.CrossEntropyLoss(ignore_index=-100)
     doctor = Doctor(
@@ -139,6 +168,7 @@ def test_a_healthy_language_model_is_called_healthy():
     assert m["task"] == "sequence" and m["n_classes"] == VOCAB and m["loss_kind"] == "cross_entropy"
     assert m["first_loss"] == pytest.approx(math.log(VOCAB), rel=0.1)  # an untrained model guesses near uniformly
     assert report.verdict == "healthy", str(report)
+    assert m["last_position_loss_ratio"] < 1.5  # the last position, with the most context, is no harder
     # No reference exists for a label per position: the shuffled-labels check says it cannot judge, in the text
     # and in the JSON (its feature null), rather than read the model's accuracy alone as unlearnable labels.
     as_json = report.to_dict()
@@ -166,6 +196,58 @@ def test_padding_positions_the_loss_ignores_are_left_out():
     assert m["majority_share"] == pytest.approx(float(counts.max() / counts.sum()))  # -100 is no class
     assert m["loss_kind"] == "cross_entropy" and math.isfinite(m["confident_disagreement"])
     assert report.verdict == "healthy", str(report)
+
+
+class Peek(nn.Module):
+    """Logits that give each position's next input token a margin of 5: the answer read from later in the window.
+
+    The last position has no later token to read: its logits are all 0, a uniform guess. One parameter, unused by
+    the output, lets an optimizer step.
+    """
+
+    MARGIN = 5.0
+
+    def __init__(self):
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(*tokens.shape, VOCAB) + 0 * self.unused
+        logits[:, :-1] = self.MARGIN * nn.functional.one_hot(tokens[:, 1:], VOCAB).float()
+        return logits
+
+
+def test_the_last_position_loss_ratio_is_the_loss_at_the_last_position_over_the_others():
+    training, _ = data(20, pad=False)
+    model = Peek()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    doctor = Doctor(model, optimizer, loss_fn, budget=None)
+    for x, y in doctor.watch(training):
+        loss = loss_fn(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+    report = doctor.report()
+    # By hand: the peeking positions' loss is -log(e^5 / (e^5 + 255)), the last position's ln 256.
+    peeking = math.log(math.exp(Peek.MARGIN) + VOCAB - 1) - Peek.MARGIN
+    assert report.measurements["last_position_loss_ratio"] == pytest.approx(math.log(VOCAB) / peeking, rel=1e-5)
+    assert report.verdict == "future_visible", str(report)
+
+
+@pytest.mark.parametrize("generated", [True, False], ids=["generated_text", "stdlib_text"])
+def test_a_model_that_sees_later_tokens_is_named(generated):
+    # The copy is learned abruptly, between steps 150 and 250 on the generated text: the reading is the run's end.
+    report = train(rate=3e-3, steps=600, causal=False, generated=generated).report()
+    assert report.measurements["last_position_loss_ratio"] > 1.5
+    assert report.verdict == "future_visible", str(report)
+    assert "causal mask" in str(report)
+
+
+def test_a_causal_model_s_last_position_is_no_harder_than_the_others_on_a_generated_text():
+    report = train(rate=3e-3, steps=600, generated=True).report()
+    assert report.measurements["last_position_loss_ratio"] < 1.2
 
 
 def test_a_diverging_rate_is_named():

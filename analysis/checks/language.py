@@ -12,6 +12,26 @@ standard library's source, where lzma needs about 2.4) it would predict each byt
 well as the lowest estimates of the entropy of written English by human readers (Shannon, 1951: 0.6 to 1.3 bits
 per character), never mind a model of a few hundred thousand parameters trained for minutes. A leak drives the
 loss to about 0. The language-model runs of `make families` are evaluation data: they were not read to set it.
+
+`FUTURE_VISIBLE`: a model that sees the tokens after a position (no causal mask), told apart by where its loss is
+high rather than by how low it is. A leak need not take the whole loss under a quarter of lzma's rate in a short
+run: a small model may still be learning to copy. Where the positions sit shows it all the same. Every position
+but the window's last has its target in view (the next byte is in the window), so its loss falls towards 0. The
+last position's target lies beyond the window, so it must be predicted as in a healthy model. The feature is the
+loss at the last position over the loss at the others (harness/instruments/outputs.py: the median over the census
+steps of the run's last quarter).
+
+Its threshold, 1.5 at every budget, is principled and not fitted: `make fit` has no text, so the feature is NaN on
+every run it fits on. Why 1.5:
+- A model that reads only the tokens before a position has its most context at the last position. Its loss there
+  is no higher than the average of the others, so the ratio is at most about 1. The others include the first
+  position, which has no context at all.
+- Half as much again is beyond what noise on thousands of positions makes.
+- Seeing the future leaves the last position with all of its loss and the others with little.
+It comes after `ANSWER_LEAK`: a loss far under what the text allows already says the answer is in the input, and
+its next step names the causal mask too. With targets equal to the inputs (not shifted), every position, the last
+included, copies its own input. The losses of the ratio are then tiny and say nothing; that run is `ANSWER_LEAK`'s.
+It was set before any language-model run was read with it.
 """
 
 from analysis.checks.base import BY_DEFINITION, Check
@@ -31,4 +51,19 @@ ANSWER_LEAK = Check(
     harm=BY_DEFINITION,
 )
 
-CHECKS = (ANSWER_LEAK,)
+FUTURE_VISIBLE = Check(
+    verdict="future_visible",
+    needs_harm=False,
+    feature="last_position_loss_ratio",
+    above=True,
+    evidence="the loss at the last position of a window is {value:.1f}x the loss at its other positions (threshold"
+    " {threshold:.1f}x): each of the others sees its own target, which only a model reading later tokens can",
+    next_step="give self-attention a causal mask (is_causal=True, or a mask that is -inf above the diagonal) so that"
+    " each position attends only to the positions before it, in training and evaluation alike",
+    order=16,  # after answer_leak (15): a loss far under what the text allows says it more generally
+    parts=("model",),
+    fault_types=("layer_props",),
+    harm=BY_DEFINITION,
+)
+
+CHECKS = (ANSWER_LEAK, FUTURE_VISIBLE)
