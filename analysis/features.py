@@ -54,6 +54,16 @@ def _loss_under_compressor(m: Mapping) -> float:
     return _div(min(losses), _get(m, "lm_compressor_val_loss")) if losses else math.nan
 
 
+def _loss_over_bigram(m: Mapping) -> float:
+    """The final validation loss (else training) over the bigram reference's on the same text; NaN without one."""
+    bigram = _get(m, "lm_bigram_val_loss")
+    loss = _get(m, "final_val_loss")
+    loss = _get(m, "final_train_loss") if math.isnan(loss) else loss
+    if math.isnan(bigram) or math.isnan(loss) or bigram <= 0:
+        return math.nan
+    return loss / bigram  # an infinite loss (diverged) is infinitely worse
+
+
 def _skill(accuracy: float, baseline: float) -> float:
     """Accuracy above the baseline, as a share of the room above it: 0 = learned nothing, 1 = perfect."""
     if math.isnan(accuracy) or math.isnan(baseline) or baseline >= 1:
@@ -542,6 +552,15 @@ FEATURES_LIST = [
         True,
         _loss_under_compressor,
         reads=("final_train_loss", "final_val_loss", "lm_compressor_val_loss"),
+    ),
+    Feature(
+        "loss_over_bigram",
+        "the final validation loss (else training) over the bigram reference's on the same text (the outcome gate's"
+        " measurement on next-token tasks)",
+        "counts of which byte follows which on the training text: what a table of pairs reaches, any text",
+        True,
+        _loss_over_bigram,
+        reads=("final_val_loss", "final_train_loss", "lm_bigram_val_loss"),
     ),
     Feature(
         "last_position_loss_ratio",

@@ -57,7 +57,11 @@ class OutcomeGate:
     training) falls short of the references' by more than the fitted share of theirs (`skill_shortfall`, stored
     in the thresholds file under `name`) and its accuracy lies more than `beyond_noise` standard errors below
     theirs (`shortfall_z`: the tolerance of the harm test in analysis/harm.py; a few points on a small validation
-    set are sampling error, not harm). Where none exists (regression, multi-label), open when the training loss
+    set are sampling error, not harm). On next-token prediction where the text's counts are known (the grid's
+    language models: harness/text.py), open when the validation loss is no lower than the bigram model's
+    (`loss_over_bigram` at 1 or more), also a fact: a trained language model that predicts no better than
+    counting which byte follows which has learned nothing a table could not. Where no reference exists
+    (regression, multi-label, a user's sequence task), open when the training loss
     ended at `loss_stalled` or more of its first value, or the validation skill (R², per-label accuracy above
     the baseline) is at or under 0: a fact, not a fit.
     """
@@ -66,7 +70,9 @@ class OutcomeGate:
     feature: str = "skill_shortfall"
     loss_stalled: float = 0.9  # the loss fell by less than a tenth over the whole run: it did not learn
     beyond_noise: float = 2.0  # standard errors: what the harm test counts as a measurable difference
-    reads: tuple[str, ...] = ("skill_shortfall", "shortfall_z", "loss_left", "own_skill")  # the features it needs
+    bigram: float = 1.0  # the validation loss over the bigram reference's: no better than counting byte pairs
+    # the features it needs
+    reads: tuple[str, ...] = ("skill_shortfall", "shortfall_z", "loss_over_bigram", "loss_left", "own_skill")
 
     def is_open(self, values: Mapping, threshold: float | None) -> bool | None:
         """True (harm shown), False (no harm), or None when this gate has no threshold (the naive rules)."""
@@ -75,6 +81,9 @@ class OutcomeGate:
         shortfall = values[self.feature]
         if not math.isnan(shortfall):
             return shortfall > threshold and not values["shortfall_z"] <= self.beyond_noise
+        over_bigram = values["loss_over_bigram"]
+        if not math.isnan(over_bigram):
+            return bool(over_bigram >= self.bigram)
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
 
@@ -103,6 +112,12 @@ class OutcomeGate:
                 f"the run's {metric} skill {own:.2f} fell {shortfall:.0%} short of the quick references'"
                 f" {reference:.2f} ({scale}), {values['shortfall_z']:.1f} standard errors below them (the gate opens"
                 f" past {threshold:.0%} and {self.beyond_noise:.0f} standard errors)"
+            )
+        over_bigram = values["loss_over_bigram"]
+        if not math.isnan(over_bigram):
+            return (
+                f"the validation loss ended at {over_bigram:.2f}x the bigram reference's on the same text (counts of"
+                f" which byte follows which; the gate opens at {self.bigram:.0f}x: no better than that table)"
             )
         return (
             f"no quick reference for this task; the training loss ended at {values['loss_left']:.0%} of its first"

@@ -189,3 +189,24 @@ def test_without_a_reference_the_capacity_fit_says_neither_too_small_nor_not():
     )
     assert short[0].verdict == UNEXPLAINED, short
     assert "reaches R² 0.28 on them; with no quick reference to hold that against" in short[0].evidence
+
+
+@pytest.mark.parametrize(("val_loss", "harmed"), [(2.1, True), (2.0, True), (1.5, False), (math.inf, True)])
+def test_a_language_model_is_harmed_where_it_predicts_no_better_than_the_bigram_counts(val_loss, harmed):
+    # A next-token task: no class-per-example reference (reference_val_acc NaN), the text's bigram loss known.
+    text = {"task": "sequence", "reference_val_acc": math.nan, "lm_bigram_val_loss": 2.0, "final_val_loss": val_loss}
+    planted = record(**{**PLANTED["vanishing_gradients"], **text})
+    findings = diagnose(planted, RULES, gated(planted))
+    assert (findings[0].verdict == "vanishing_gradients") == harmed, [f.verdict for f in findings]
+    if not harmed:
+        assert findings[0].verdict == HEALTHY
+        warned = next(f for f in findings if f.verdict == "vanishing_gradients")
+        assert "0.75x the bigram reference's on the same text" in warned.evidence
+
+
+def test_without_the_bigram_reference_a_sequence_run_falls_back_on_its_own_loss():
+    text = {"task": "sequence", "reference_val_acc": math.nan, "first_loss": 5.5, "final_train_loss": 5.4}
+    planted = record(**{**PLANTED["vanishing_gradients"], **text})  # the loss barely fell: at 98% of its first
+    assert diagnose(planted, RULES, gated(planted))[0].verdict == "vanishing_gradients"
+    planted = record(**{**PLANTED["vanishing_gradients"], **text, "final_train_loss": 2.0})
+    assert diagnose(planted, RULES, gated(planted))[0].verdict == HEALTHY
