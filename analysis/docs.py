@@ -119,6 +119,8 @@ def rules_page() -> str:
         "",
         "The rows marked *first* are checks whose threshold is a fact, not fitted (a NaN loss is a NaN loss): the",
         "doctor judges them before every fitted rule, as the fitted rules' measurements mean little on such a run.",
+        "The grid's verdicts judge those its cells measure too, ahead of the fitted rules (`in_grid`: the padding the",
+        "loss scores, counted in every cell); the numeric ones read the doctor's own watch and only it judges them.",
         "Each check is one object in analysis/checks/ (its rule, order, recipe parts, fault types and harm test).",
         "",
         rules_table(),

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analysis.checks import CHECKS, FITTED
-from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Finding, Rule
+from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Check, Finding, Rule
 from analysis.checks.evidence import Evidence
 from analysis.features import FEATURES, feature_table, features
 
@@ -131,6 +131,9 @@ OUTCOME_GATE = OutcomeGate()
 
 # The fitted checks, in order (analysis/checks/: one module per family of checks, one object per check).
 RULES: list[Rule] = FITTED
+# The facts the grid judges too, on its records' columns, ahead of the fitted rules (padding_in_loss); the numeric
+# facts read the doctor's own watch and are judged by the doctor alone (doctor/core.py judges every fact itself).
+GRID_FACTS: list[Check] = [check for check in CHECKS if not check.fitted and check.in_grid]
 VERDICTS = {rule.verdict: rule for rule in RULES}
 
 _NEXT = {verdict: rule.next_step for verdict, rule in VERDICTS.items()}
@@ -286,14 +289,18 @@ def _capacity_said(fit: float, fields: Mapping, threshold: float | None) -> str:
 
 
 def diagnose(
-    measurements: Mapping, rules: list[Rule] = RULES, thresholds: dict[str, float] | None = None
+    measurements: Mapping,
+    rules: list[Rule] = RULES,
+    thresholds: dict[str, float] | None = None,
+    facts: list[Check] = GRID_FACTS,
 ) -> list[Finding]:
     """The findings on one run's measurements: the verdict first, then the other failing findings, then warnings.
 
-    The verdict is the first failing finding in rule order; without one, `unexplained_failure` when the outcome
-    gate is open and `healthy` otherwise. `measurements` is a plain mapping (a record as a dict or Series, or
-    what the doctor measured); without `thresholds`, those of the budget nearest to the run's `steps` are used.
-    Thresholds without the gate's (the naive rules) judge every rule as failing and never say unexplained.
+    The verdict is the first failing finding, the `facts` first (judged on record columns, no fitted threshold),
+    then the rules in order; without one, `unexplained_failure` when the outcome gate is open and `healthy`
+    otherwise. `measurements` is a plain mapping (a record as a dict or Series, or what the doctor measured);
+    without `thresholds`, those of the budget nearest to the run's `steps` are used. Thresholds without the gate's
+    (the naive rules) judge every rule as failing and never say unexplained.
     """
     measurements = dict(measurements)
     if thresholds is None:
@@ -304,7 +311,8 @@ def diagnose(
     gate_threshold = thresholds.get(OUTCOME_GATE.name)
     harmed = OUTCOME_GATE.is_open(values, gate_threshold)
     gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold)
-    failing, warnings = [], []
+    failing = [found for found in (fact.judge_fact(measurements) for fact in facts) if found is not None]
+    warnings = []
     for rule in rules:
         if rule.verdict not in thresholds:  # a thresholds file older than the rule: the rule is not judged
             continue
@@ -348,6 +356,7 @@ def verdicts(
     rules: list[Rule] = RULES,
     thresholds: dict[str, float] | None = None,
     table: "pd.DataFrame | None" = None,
+    facts: list[Check] = GRID_FACTS,
 ) -> "pd.DataFrame":
     """For each record: the verdict, every failing verdict in order (`fired`), and the warnings.
 
@@ -363,10 +372,20 @@ def verdicts(
     fired = np.array(
         [[rule.fires(v, thresholds.get(rule.verdict, math.nan)) for v in table[rule.feature]] for rule in rules]
     ).T.reshape(len(table), len(rules))
+    # A record written before a fact's column existed has no value for it: not judged, as NaN is not.
+    facts_fired = np.array(
+        [
+            [fact.fires(v, fact.fact) for v in pd.to_numeric(records[fact.feature], errors="coerce").astype(float)]
+            if fact.feature in records
+            else [False] * len(records)
+            for fact in facts
+        ]
+    ).T.reshape(len(records), len(facts))
     verdict, failing, warned = [], [], []
-    for row, hurt in zip(fired, harmed, strict=True):
+    for row, fact_row, hurt in zip(fired, facts_fired, harmed, strict=True):
         hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]
-        failing.append([r.verdict for r in hits if not OUTCOME_GATE.is_warning(r, hurt)])
+        said = [fact.verdict for fact, hit in zip(facts, fact_row, strict=True) if hit]
+        failing.append(said + [r.verdict for r in hits if not OUTCOME_GATE.is_warning(r, hurt)])
         warned.append([r.verdict for r in hits if OUTCOME_GATE.is_warning(r, hurt)])
         verdict.append(failing[-1][0] if failing[-1] else OUTCOME_GATE.verdict_without_failure(hurt))
     return pd.DataFrame({"verdict": verdict, "fired": failing, "warnings": warned}, index=records.index)

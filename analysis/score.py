@@ -60,7 +60,7 @@ def predict(
     if method == "rules":
         return verdicts(records, RULES, load_thresholds() if thresholds is None else thresholds).verdict
     if method == "naive":
-        return verdicts(records, NAIVE_RULES, NAIVE_THRESHOLDS).verdict
+        return verdicts(records, NAIVE_RULES, NAIVE_THRESHOLDS, facts=[]).verdict  # the first version had no facts
     model = classifier(method).fit(matrix(feature_table(tuned)), tuned.diagnosis)
     return pd.Series(model.predict(matrix(feature_table(records))), index=records.index)
 

@@ -30,7 +30,8 @@ one plain mapping with the keys of a grid record; analysis.features turns it int
 analysis.rules into the verdict, with the thresholds fitted for the step budget nearest to the steps seen.
 A NaN or inf training loss is a finding of its own that comes first (doctor/nonfinite.py; the watch that finds it
 is one of the instruments, harness/instruments/nonfinite.py); so is padding the loss scores, read from the batches'
-attention mask (doctor/padding.py). Nothing here knows what fault, if any, is planted.
+attention mask (harness/instruments/padding.py, judged by the check padding_in_loss). Nothing here knows what
+fault, if any, is planted.
 Under torch.distributed (DDP under torchrun) each rank runs the same lines with its own Doctor and calls report()
 too: each rank measures its own loop with no collective, and the report gathers every rank's evidence once and
 puts the findings across ranks first (doctor/distributed.py).
@@ -71,6 +72,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
+from analysis.checks.language import PADDING_IN_LOSS
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
@@ -82,8 +84,6 @@ from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
-from doctor.padding import PaddingWatch
-from doctor.padding import finding as padding_finding
 from harness.after_training import Probes, end_of_run, run_record
 from harness.batches import (
     BatchError,
@@ -104,6 +104,7 @@ from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.loop import Collector
 from harness.instruments.memorization import CAPACITY_STEPS
 from harness.instruments.nonfinite import Origin
+from harness.instruments.padding import PaddingWatch
 from harness.instruments.probe import FirstLayer, first_layer_input
 from harness.instruments.ranks import RankWatch
 from harness.targets import (
@@ -343,6 +344,7 @@ class Doctor:
             self.layout.target_view = functools.partial(shifted, shift=self.shift, fill=ignore_index)
             targets = self.layout.target_view(targets)
         self.padding = PaddingWatch(self.task.n_classes, ignore_index, self.shift)
+        self.instruments.padding.watch = self.padding  # counted by the instruments' collector, on every batch
         if not self.shift and self.task_loss is not None:
             self._shift_check = ShiftInTheLoop(self.instruments.loop, self.task_loss, ignore_index)
             self.instruments.collectors.append(self._shift_check)  # so that its hook comes off with theirs
@@ -358,8 +360,6 @@ class Doctor:
                 self.val_start = self._evaluate(self.validation)
         if self.ranks is not None:
             self.ranks.batch(inputs, targets)
-        if self.padding is not None:
-            self.padding.see(inputs, targets)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
         self.recent.append((inputs, targets))
         self._recent_examples += _batch_size(targets)
@@ -470,7 +470,7 @@ class Doctor:
         if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
             record["baseline_val_acc"] = self._validation_prior()
             record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
-        if self.padding is not None:  # the doctor's own too, no fitted rule's (doctor/padding.py)
+        if self.padding is not None:  # the labels under padding tried on the loss, which the collector cannot call
             record.update(self.padding.measurements(self.recent, self.task_loss))
         return record
 
@@ -572,7 +572,7 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
     findings, note = _findings(observed, thresholds)
-    padding = padding_finding(measured)
+    padding = PADDING_IN_LOSS.judge_fact(measured)
     if padding is not None:
         findings = _with_fact(findings, padding)
     across = distributed.judge(observed.ranks)
@@ -641,7 +641,7 @@ def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list
     either happened.
     """
     measured, origin = observed.measurements, observed.nonfinite
-    findings = rule_findings(measured, RULES, dict(thresholds))
+    findings = rule_findings(measured, RULES, dict(thresholds), facts=[])  # the facts are judged here, below
     fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
     if origin is not None:
         # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their

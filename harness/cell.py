@@ -37,7 +37,7 @@ from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments
 from harness.model import build_model
 from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
-from harness.text import NOT_TEXT, lm_references
+from harness.text import NOT_TEXT, PAD, lm_references
 from harness.timing import DeviceClock, NoClock
 
 # The columns `run_cell` and `measure` set themselves: what was run, on what, and how big the data was.
@@ -141,7 +141,11 @@ def measure(cfg: DictConfig, device: torch.device, instrumented: bool = True, de
     run = build_training(cfg, device)
     instruments = NoInstruments()
     if instrumented:
-        instruments = Instruments(run.model, run.optimizer, run.loss_fn, cfg.loop.census_every, scaler=run.scaler)
+        # A text's windows are padded with the pad byte: its positions are the mask the padding count reads.
+        pad_id = PAD if run.data.text is not None else None
+        instruments = Instruments(
+            run.model, run.optimizer, run.loss_fn, cfg.loop.census_every, scaler=run.scaler, pad_id=pad_id
+        )
     clock = DeviceClock(device, cfg.loop.timing_warmup) if instrumented else NoClock(device)
     stall = RelativeStall(cfg.data.batch_latency) if cfg.data.batch_latency > 0 else None
     batches = instruments.watch(encoded_batches(cfg, run.data, stall))

@@ -11,7 +11,7 @@ import pytest
 from analysis import checks
 from analysis.checks.base import BY_DEFINITION, Check, Harm
 from analysis.checks.numerics import AMP_STEPS_SKIPPED, NONFINITE_LOSS
-from analysis.rules import RULES, VERDICTS
+from analysis.rules import GRID_FACTS, RULES, VERDICTS, diagnose, verdicts
 
 A_CHECK = {
     "verdict": "a_check",
@@ -35,6 +35,7 @@ def test_a_check_with_an_unknown_feature_raises_at_import_naming_the_nearest():
         ({"parts": ("modle",)}, r"unknown recipe part for check a_check: 'modle'; known: .*model"),
         ({"fault_types": ("learning_rate",)}, r"unknown fault type for check a_check: 'learning_rate'; known: .*lr"),
         ({"fact": 0.5}, r"unknown record column for check a_check: 'no_grad_share'"),
+        ({"in_grid": True}, r"check a_check: in_grid is for a fact"),
     ],
 )
 def test_every_part_of_a_check_is_validated_when_it_is_built(change, message):
@@ -49,8 +50,13 @@ def test_every_part_of_a_check_is_validated_when_it_is_built(change, message):
 def test_the_fitted_rules_are_the_fitted_checks_in_order_and_orders_are_distinct():
     assert [c for c in checks.CHECKS if c.fitted] == RULES
     assert [c.order for c in checks.CHECKS] == sorted({c.order for c in checks.CHECKS})
-    assert {c.verdict for c in checks.CHECKS if not c.fitted} == {"nonfinite_loss", "amp_steps_skipped"}
+    assert {c.verdict for c in checks.CHECKS if not c.fitted} == {
+        "nonfinite_loss",
+        "amp_steps_skipped",
+        "padding_in_loss",
+    }
     assert set(VERDICTS) == {c.verdict for c in RULES}
+    assert [c.verdict for c in GRID_FACTS] == ["padding_in_loss"]  # the numeric facts need the doctor's own watch
 
 
 def test_the_tables_are_derived_from_the_checks():
@@ -76,6 +82,29 @@ def test_a_check_whose_threshold_is_a_fact_is_judged_on_the_record_column():
     with pytest.raises(ValueError, match="has a fitted threshold"):
         RULES[0].judge_fact({})
     assert NONFINITE_LOSS.fact == 0 and NONFINITE_LOSS.order < AMP_STEPS_SKIPPED.order < RULES[0].order
+
+
+def test_the_grid_judges_padding_in_loss_on_its_record_column_ahead_of_the_fitted_rules():
+    import pandas as pd
+    from hand_records import THRESHOLDS, record
+
+    scored = record(padded_batches=40, padding_scored_batch_share=1.0, padding_scored_position_share=0.2)
+    half = record(padded_batches=40, padding_scored_batch_share=0.5, padding_scored_position_share=0.1)
+    unpadded = record(padded_batches=0, padding_scored_batch_share=math.nan, padding_scored_position_share=math.nan)
+    starved = record(data_wait_s=3.0, loop_s=4.0, padding_scored_batch_share=1.0, padded_batches=40)
+    starved["padding_scored_position_share"] = 0.2
+    found = diagnose(scored, RULES, THRESHOLDS)
+    assert [f.verdict for f in found] == ["padding_in_loss"]
+    assert "in 100% of the 40 training batches holding padding" in found[0].evidence and "20.0%" in found[0].evidence
+    assert [f.verdict for f in diagnose(half, RULES, THRESHOLDS)] == ["healthy"]  # half: not most
+    assert [f.verdict for f in diagnose(starved, RULES, THRESHOLDS)] == ["padding_in_loss", "starved_loader"]
+    assert [f.verdict for f in diagnose(scored, RULES, THRESHOLDS, facts=[])] == ["healthy"]
+    table = verdicts(pd.DataFrame([scored, half, unpadded, starved]), RULES, THRESHOLDS)
+    assert table.verdict.tolist() == ["padding_in_loss", "healthy", "healthy", "padding_in_loss"]
+    assert table.fired.tolist()[3] == ["padding_in_loss", "starved_loader"]
+    # Records written before the column existed are not judged on it.
+    older = pd.DataFrame([scored]).drop(columns=["padding_scored_batch_share"])
+    assert verdicts(older, RULES, THRESHOLDS).verdict.tolist() == ["healthy"]
 
 
 def test_a_new_family_module_is_collected_and_a_clash_of_order_is_refused(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ from conftest import CONF, DATASETS, DEVICES, FAULTS, LM, LM_FAULTS, LM_SIZES, S
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from analysis.rules import HEALTHY, RULES
+from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED
 from harness.records import planted, recipe_yaml
 
 
@@ -16,9 +16,10 @@ def planted_in(fault: str, *overrides: str):
 
 
 def test_the_grid_axes_are_all_there():
-    # Every verdict a rule can give is planted by some fault file, and the fault files plant nothing else.
+    # Every verdict the grid can give (a rule's, a fact's it judges, or `unexplained_failure` where the outcome gate
+    # is open and nothing names why) is planted by some fault file, and the fault files plant nothing else.
     planted_verdicts = {verdict for fault in FAULTS + LM_FAULTS for verdict in planted_in(fault).fault.values()}
-    assert planted_verdicts == {rule.verdict for rule in RULES} | {HEALTHY}
+    assert planted_verdicts == {rule.verdict for rule in [*RULES, *GRID_FACTS]} | {HEALTHY, UNEXPLAINED}
     assert DATASETS == ["digits", "sequence", "stdlib_text", "synthetic"]
     assert DEVICES == ["cpu", "cuda"]
 

@@ -185,3 +185,18 @@ def test_the_sequence_path_with_an_attention_mask_reads_nothing_back_between_cen
     assert doctor.task.kind == "sequence" and len(censuses) >= 6
     assert not {step: n for step, n in enumerate(per_step) if n and step not in censuses}, reads.places
     assert doctor.report().measurements["padded_batches"] == STEPS  # the padding was counted, at the report
+
+
+def test_the_grids_padding_count_by_the_pad_id_reads_nothing_back_until_its_columns():
+    from harness.instruments.padding import PaddingWatch
+
+    watch = PaddingWatch(None, -100, pad_id=0)
+    x = torch.randint(1, 32, (16, 12))
+    x[::2, 8:] = 0  # every other window padded with the pad id, its targets scored: the fault's batches
+    with HostReads(where=True) as reads:
+        for _ in range(STEPS):
+            watch.see(x, x.roll(-1, dims=1))
+    assert reads.count == 0, reads.places
+    with HostReads() as reads:
+        assert watch.measurements()["padding_scored_batch_share"] == 1.0
+    assert reads.count == 1  # the sums, read once

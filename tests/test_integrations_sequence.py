@@ -24,7 +24,7 @@ from conftest import ROOT
 from test_sequence_outputs import TRAIN_FILES, VALIDATION_FILES, text
 
 from doctor import Doctor
-from doctor.padding import POSITIONS, SHARE
+from harness.instruments.padding import POSITIONS, SHARE
 from harness.targets import shifted
 
 for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true"}.items():
@@ -198,7 +198,8 @@ def test_targets_shifted_to_the_positions_that_answer_them():
 
 
 def test_the_padding_watch_counts_scored_positions_under_a_dropped_mask():
-    from doctor.padding import PADDED, PaddingWatch, finding
+    from analysis.checks.language import PADDING_IN_LOSS
+    from harness.instruments.padding import PADDED, PaddingWatch
 
     watch = PaddingWatch(classes=10, ignore_index=-100)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
@@ -208,9 +209,9 @@ def test_the_padding_watch_counts_scored_positions_under_a_dropped_mask():
     watch.see(mask, torch.zeros_like(mask))  # no attention mask: not read
     measured = watch.measurements()
     assert measured == {PADDED: 2, SHARE: 0.5, POSITIONS: 1 / 21}  # scored: 6, 7 and 8 positions
-    assert finding(measured) is None  # half the padded batches: not most
+    assert PADDING_IN_LOSS.judge_fact(measured) is None  # half the padded batches: not most
     watch.see({"input_ids": mask, "attention_mask": mask}, torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]))
-    found = finding(watch.measurements())
+    found = PADDING_IN_LOSS.judge_fact(watch.measurements())
     assert found.verdict == "padding_in_loss" and found.value == pytest.approx(2 / 3) and found.threshold == 0.5
     # A loss that ignores the pad label itself, inside a function whose ignore_index the doctor cannot read, scores
     # no padding: the labels under the mask are tried on it.

@@ -199,6 +199,39 @@ def test_the_mlp_record_has_the_text_columns_unset():
     record = run_cell(make_config(*QUICK))
     assert record["status"] == "ok", record["error"]
     assert record["text_digest"] == "" and math.isnan(record["lm_bigram_val_loss"])
+    assert record["padded_batches"] == 0 and math.isnan(record["padding_scored_batch_share"])  # no pad id: no count
+
+
+def test_the_padding_watch_reads_the_pad_byte_as_the_mask_of_token_ids():
+    from harness.instruments.padding import PADDED, POSITIONS, SHARE, PaddingWatch
+
+    watch = PaddingWatch(None, text.IGNORE, pad_id=text.PAD)
+    x = torch.tensor([[5, 6, text.PAD, text.PAD], [5, 6, 7, 8]])
+    watch.see(x, torch.tensor([[6, 7, text.IGNORE, text.IGNORE], [6, 7, 8, 9]]))  # healthy: padding ignored
+    assert watch.measurements() == {PADDED: 1, SHARE: 0.0, POSITIONS: 0.0}
+    watch.see(x, torch.tensor([[6, 7, text.PAD, text.PAD], [6, 7, 8, 9]]))  # the pad byte as target: scored
+    watch.see(x[1:], x[1:] + 1)  # no padding: says nothing
+    watch.see(x.float(), x)  # not token ids: no mask read
+    assert watch.measurements() == {PADDED: 2, SHARE: 0.5, POSITIONS: 2 / 18}  # scored: 6, 8 and 4 positions
+    assert PaddingWatch(None, text.IGNORE).mask(x) is None  # without a pad id the mask is the batch's attention_mask
+
+
+@pytest.mark.parametrize("fault", ["healthy", "lm/padding_in_loss"])
+def test_a_short_lm_cell_counts_the_padding_its_loss_scores(fault):
+    import pandas as pd
+
+    from analysis.rules import verdicts
+
+    record = run_cell(make_config(*LM, *QUICK, f"fault={fault}"))
+    assert record["status"] == "ok", record["error"]
+    # A quarter of the windows padded, 16 a batch: nearly every one of the 40 batches holds some padding.
+    assert 30 <= record["padded_batches"] <= 40
+    share, positions = record["padding_scored_batch_share"], record["padding_scored_position_share"]
+    verdict = verdicts(pd.DataFrame([record])).verdict.iloc[0]
+    if fault == "healthy":  # the padding's targets are -100: the loss scores none of it
+        assert share == 0.0 and positions == 0.0 and verdict != "padding_in_loss"
+    else:  # the pad byte as target: every batch holding padding scores it
+        assert share == 1.0 and 0.0 < positions < 0.25 and verdict == "padding_in_loss"
 
 
 def lm_cell(fault: str) -> dict:
@@ -209,7 +242,10 @@ def lm_cell(fault: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fault", "verdict"), [("healthy", "healthy"), ("lm/targets_not_shifted", "answer_leak")])
+@pytest.mark.parametrize(
+    ("fault", "verdict"),
+    [("healthy", "healthy"), ("lm/targets_not_shifted", "answer_leak"), ("lm/padding_in_loss", "padding_in_loss")],
+)
 def test_lm_cells_get_their_verdicts(fault, verdict):
     import pandas as pd
 
@@ -219,8 +255,11 @@ def test_lm_cells_get_their_verdicts(fault, verdict):
     assert verdicts(pd.DataFrame([record])).verdict.iloc[0] == verdict
     if verdict == "answer_leak":
         assert record["final_val_loss"] < 0.25 * record["lm_compressor_val_loss"]
-    else:  # a healthy small model beats counting the previous byte, and stays above a compressor's rate
+    elif verdict == "healthy":  # a healthy small model beats counting the previous byte, and stays above a compressor's
         assert record["lm_compressor_val_loss"] < record["final_val_loss"] < record["lm_bigram_val_loss"]
+    else:  # every batch holding padding scored it, and no other check fired (seed 0: 600 of 600 batches)
+        assert record["padding_scored_batch_share"] == 1.0 and record["padded_batches"] > 500
+        assert verdicts(pd.DataFrame([record])).fired.iloc[0] == ["padding_in_loss"]
 
 
 @pytest.mark.slow

@@ -169,6 +169,9 @@ class Check(Rule):
     fault_types: tuple[str, ...] = ()
     harm: Harm = field(default=ON_ACCURACY)
     fact: float | None = None  # a threshold that is a fact, not fitted; `feature` then names a record column
+    # A fact the grid's cells measure too, so that the grid's verdicts judge it (analysis/rules.py: GRID_FACTS);
+    # the others read what only the doctor's own watch finds (analysis/checks/numerics.py).
+    in_grid: bool = False
     # Names the evidence shows that whoever judges the check supplies (the doctor's non-finite watch: where the
     # first NaN came from), beside a record's columns, the features and the evidence values.
     supplied: tuple[str, ...] = ()
@@ -181,6 +184,10 @@ class Check(Rule):
             raise _unknown(f"feature for check {self.verdict}:", self.feature, FEATURES)
         if not self.fitted and self.feature not in COLUMNS:
             raise _unknown(f"record column for check {self.verdict}:", self.feature, COLUMNS)
+        if self.in_grid and self.fitted:
+            raise ValueError(
+                f"check {self.verdict}: in_grid is for a fact (a fitted rule is judged in the grid anyway)"
+            )
         for part in self.parts:
             if part not in RECIPE_PARTS:
                 raise _unknown(f"recipe part for check {self.verdict}:", part, RECIPE_PARTS)

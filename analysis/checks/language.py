@@ -66,4 +66,32 @@ FUTURE_VISIBLE = Check(
     harm=BY_DEFINITION,
 )
 
-CHECKS = (ANSWER_LEAK, FUTURE_VISIBLE)
+# Padding counted in the loss: the loss scores targets at positions the padding mask drops (harness/instruments/
+# padding.py counts them per training batch, in the grid's cells and under the doctor alike). Its threshold is a
+# fact, not a fit: a pipeline that gives padding the loss's ignore_index leaves no scored position under a 0 of the
+# mask in any batch, and one that does not leaves some in every batch that holds padding. So it fires where more
+# than half of the batches holding padding (most of them) score some: the fault's own behaviour is all of them, and
+# a stray batch (a real token that happens to sit under a 0 of the mask) cannot make most. Batches without padding
+# say nothing either way; a run without any has no share (NaN) and is not judged.
+PADDING_IN_LOSS = Check(
+    verdict="padding_in_loss",
+    needs_harm=False,
+    feature="padding_scored_batch_share",
+    above=True,
+    evidence="the loss scored positions that the padding mask drops in {value:.0%} of the {padded_batches:.0f}"
+    " training batches holding padding (over {threshold:.0%} is the fault: a pipeline that labels padding -100"
+    " leaves none); {padding_scored_position_share:.1%} of the positions it scored were padding, so the model is"
+    " trained to predict pad tokens and the loss averages over them",
+    next_step="give the padding's labels the loss's ignore_index, -100 (labels.masked_fill(attention_mask == 0,"
+    " -100), or a collator that does it: DataCollatorForLanguageModeling, DataCollatorForTokenClassification,"
+    " DataCollatorForSeq2Seq); for a model whose pad token is also its end-of-text token, mask by the attention"
+    " mask, not by the token id",
+    order=2,  # a fact, judged ahead of the fitted rules, after the numeric facts (nonfinite_loss 0, amp 1)
+    fact=0.5,
+    in_grid=True,  # the grid's text cells count it too, by the pad byte (harness/cell.py)
+    parts=("batches",),
+    fault_types=("training_data_quality",),
+    harm=BY_DEFINITION,  # the loss is not the task's whatever the accuracy says: the model trains on pad tokens
+)
+
+CHECKS = (PADDING_IN_LOSS, ANSWER_LEAK, FUTURE_VISIBLE)

@@ -21,7 +21,8 @@ log says the loss was not checked). The doctor uses it to evaluate `validation` 
 memorize, and as the training loss where the model returns none of its own. A language model's or a tagger's
 (batch, time, V) logits against (batch, time) labels are the sequence task; a causal language model, which shifts
 its labels itself, is read so from its own loss on the first batch (doctor/core.py: causal_shift), and padding
-its labels do not leave out is padding_in_loss (doctor/padding.py).
+its labels do not leave out is padding_in_loss (counted by harness/instruments/padding.py, judged by the check in
+analysis/checks/language.py).
 
 Under DDP (torchrun; on the CPU TrainingArguments(use_cpu=True, ddp_backend="gloo")) the callback on each rank
 watches the model inside the wrapper and reports at on_train_end on every rank, where the ranks' evidence is

@@ -34,6 +34,7 @@ from harness.instruments.modes import Modes
 from harness.instruments.nonfinite import NonFiniteWatch
 from harness.instruments.optimizer_steps import OptimizerSteps
 from harness.instruments.outputs import Outputs
+from harness.instruments.padding import Padding
 from harness.instruments.probe import Probe
 from harness.instruments.update_ratios import UpdateRatios
 from harness.targets import TASKS
@@ -54,6 +55,7 @@ class Instruments:
         fresh_gradient: bool = True,
         watch_nonfinite: bool = False,
         budget: CostBudget | None = None,
+        pad_id: int | None = None,
     ):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.layout = layout if layout is not None else BatchLayout(model)  # where each batch keeps inputs, targets
@@ -89,6 +91,9 @@ class Instruments:
         self.amp = AmpScale(loop, self.optimizer_steps)
         self.outputs = Outputs(loop, self.probe_batch)
         self.modes = Modes(loop)
+        # The padding the loss scores: counted by the dataset's pad id (the grid's text), or by a watch the doctor
+        # gives it once it knows the task (harness/instruments/padding.py).
+        self.padding = Padding(loop, pad_id)
         self.collectors: list[Collector] = [
             self.data_wait,
             self.clearing,
@@ -106,6 +111,7 @@ class Instruments:
             self.amp,
             self.outputs,
             self.modes,
+            self.padding,
         ]
         # The doctor's watch for the first NaN or inf loss runs last (it may run the forward again); cells leave it off.
         self.nonfinite = NonFiniteWatch(loop) if watch_nonfinite else None
