@@ -266,22 +266,26 @@ class DecoderBlock(nn.Module):
     "post": LayerNorm(x + sublayer(x)) (the original transformer's order, which at depth needs a warmup).
     """
 
-    def __init__(self, size: int, heads: int, causal: bool, norm: str):
+    def __init__(self, size: int, heads: int, causal: bool, norm: str, dropout: float = 0.0):
         super().__init__()
         self.pre = norm == "pre"
         self.norm1, self.norm2 = nn.LayerNorm(size), nn.LayerNorm(size)
         self.attention = CausalSelfAttention(size, heads, causal)
         self.grow, self.shrink = nn.Linear(size, 4 * size), nn.Linear(4 * size, size)
+        # GPT-2's residual dropout: on each sublayer's output before it joins the stream. Modules, not functions,
+        # so the mode instrument sees them (and a p of 0 adds none: nothing to see).
+        self.drop1 = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.drop2 = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def feed_forward(self, x):
         return self.shrink(nn.functional.gelu(self.grow(x)))
 
     def forward(self, x):
         if self.pre:
-            x = x + self.attention(self.norm1(x))
-            return x + self.feed_forward(self.norm2(x))
-        x = self.norm1(x + self.attention(x))
-        return self.norm2(x + self.feed_forward(x))
+            x = x + self.drop1(self.attention(self.norm1(x)))
+            return x + self.drop2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attention(x)))
+        return self.norm2(x + self.drop2(self.feed_forward(x)))
 
 
 class CausalLM(nn.Module):
@@ -292,7 +296,8 @@ class CausalLM(nn.Module):
     decoder blocks (`DecoderBlock`), a final LayerNorm, and a linear map to the vocabulary whose weight is the
     token embedding's (tied, as GPT-2 ties them). Weights start as GPT-2's do: normal with standard deviation
     0.02, the residual projections' shrunk by sqrt(2 x layers), biases at 0. The activations are functions, not
-    activation modules, and there is no dropout: the activation and mode instruments see nothing to read.
+    activation modules, so the activation instruments see nothing to read; the mode instrument reads the dropout
+    modules where `dropout` adds them.
 
     size: the width (embedding, attention and residual width); heads: attention heads per layer (size must be a
         multiple); layers: decoder blocks.
@@ -302,6 +307,11 @@ class CausalLM(nn.Module):
     norm: "pre" or "post" (see `DecoderBlock`); final_norm: the LayerNorm after the last block (pre-LN only:
         a post-LN block ends in one already).
     tied: the output map shares the token embedding's weight (False: a weight of its own).
+    The knobs of the faults it shares with the other families:
+    dropout: probability of GPT-2's residual dropout in every block (0: none, and no Dropout module); the mode
+        faults set it so that train and eval mode differ.
+    frozen_layers: indices of decoder blocks whose parameters get requires_grad=False (the embeddings and the
+        final LayerNorm still learn), as when a script freezes layers of a model it meant to fine-tune whole.
     """
 
     def __init__(
@@ -315,6 +325,8 @@ class CausalLM(nn.Module):
         norm: str = "pre",
         final_norm: bool = True,
         tied: bool = True,
+        dropout: float = 0.0,
+        frozen_layers: Sequence[int] = (),
     ):
         super().__init__()
         if layers < 1:
@@ -323,9 +335,14 @@ class CausalLM(nn.Module):
             raise ValueError(f"size={size} must be a multiple of heads={heads} (each head reads size / heads features)")
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}: choose {', '.join(NORMS)}")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        unknown = set(frozen_layers) - set(range(layers))
+        if unknown:
+            raise ValueError(f"frozen_layers {sorted(unknown)} name no decoder block (0..{layers - 1})")
         self.embed = nn.Embedding(n_classes, size)
         self.position = nn.Parameter(torch.zeros(n_inputs, size))
-        self.blocks = nn.Sequential(*(DecoderBlock(size, heads, causal, norm) for _ in range(layers)))
+        self.blocks = nn.Sequential(*(DecoderBlock(size, heads, causal, norm, dropout) for _ in range(layers)))
         self.norm = nn.LayerNorm(size) if final_norm and norm == "pre" else nn.Identity()
         self.head = nn.Linear(size, n_classes, bias=False)
         for module in self.modules():
@@ -340,6 +357,8 @@ class CausalLM(nn.Module):
         self.tied = tied
         if tied:
             self.head.weight = self.embed.weight
+        for i in frozen_layers:
+            self.blocks[i].requires_grad_(False)
 
     def forward(self, x):
         tokens = x.long()

@@ -10,7 +10,8 @@ import math
 
 import pytest
 import torch
-from conftest import LM, LM_FAULTS, LM_SIZES, SHORT, make_config
+from conftest import CONF, LM, LM_FAULTS, LM_SIZES, SHORT, make_config
+from omegaconf import OmegaConf
 
 from harness import text
 from harness.cell import PositionCrossEntropy, build_training, run_cell
@@ -137,6 +138,8 @@ def test_the_output_map_is_the_embedding_until_copied_after_the_optimizer():
         ({"layers": 0}, "at least one decoder block"),
         ({"heads": 3}, "multiple of heads"),
         ({"norm": "mid"}, "pre, post"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+        ({"frozen_layers": [2]}, r"frozen_layers \[2\] name no decoder block \(0..1\)"),
     ],
 )
 def test_the_lm_refuses_what_it_cannot_build(knobs, message):
@@ -149,6 +152,38 @@ def test_post_ln_and_no_final_norm_change_where_the_norms_sit():
     assert isinstance(lm(final_norm=False).norm, torch.nn.Identity)
     assert isinstance(lm(norm="post").norm, torch.nn.Identity)  # a post-LN block ends in a LayerNorm already
     assert lm(norm="post")(torch.zeros(1, 12)).isfinite().all()
+
+
+def test_dropout_acts_in_train_mode_only_and_frozen_blocks_get_no_gradient():
+    assert not any(isinstance(m, torch.nn.Dropout) for m in lm().modules())  # none at 0: the mode check sees none
+    model = lm(dropout=0.5, frozen_layers=[0])
+    tokens = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
+    assert not torch.equal(model(tokens), model(tokens))  # dropped differently each call in train mode
+    model.eval()
+    assert torch.equal(model(tokens), model(tokens))
+    model.train()
+    model(tokens).square().mean().backward()
+    frozen = {id(p) for p in model.blocks[0].parameters()}
+    assert all((p.grad is None) == (id(p) in frozen) for p in model.parameters())
+
+
+SWEEP_LM = OmegaConf.load(CONF / "sweep" / "lm.yaml").hydra.sweeper.params.fault
+
+
+@pytest.mark.parametrize("fault", [f.strip() for f in SWEEP_LM.split(",") if not f.strip().startswith("lm/")])
+def test_every_shared_fault_of_the_lm_sweep_means_the_same_on_the_lm(fault):
+    from harness.cli import added_keys
+
+    planted = make_config(*LM, f"fault={fault}")
+    assert added_keys(make_config(*LM, "~fault"), planted) == [], "the LM has every key the fault file sets"
+    model = build_model(planted.model, n_inputs=planted.dataset.text.context, n_classes=256)
+    if planted.model.frozen_layers:  # the frozen-parameter fault: most of the parameters stop learning
+        share = sum(p.numel() for p in model.parameters() if not p.requires_grad) / sum(
+            p.numel() for p in model.parameters()
+        )
+        assert share > 0.6
+    if planted.model.dropout:  # the mode faults: train and eval mode differ
+        assert any(isinstance(m, torch.nn.Dropout) for m in model.modules())
 
 
 def test_the_loop_loss_is_cross_entropy_over_positions_leaving_padding_out():
