@@ -217,6 +217,25 @@ def test_gradients_cleared_every_few_steps_are_carried_over_at_the_others(every)
     assert instruments.finish()["grad_carried_share"] == pytest.approx(1 - len(cleared) / len(read))
 
 
+def test_a_parameter_the_optimizer_does_not_hold_is_unmoved_not_carried():
+    # An output map copied after the optimizer was made (the LM fault tied_weights_broken): backward reaches the
+    # copy first, zero_grad never clears it, and no step moves it. The loop clears what it steps.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
+    for x, y in instruments.watch([(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(12)]):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    m = instruments.finish()
+    assert model[2].weight.grad.ne(0).any()  # the copy's gradient piled up
+    assert m["grad_carried_share"] == 0.0
+    assert m["unmoved_share"] == pytest.approx((8 * 3 + 3) / (4 * 8 + 8 + 8 * 3 + 3))  # the second layer's elements
+
+
 def test_zeroing_before_every_backward_of_an_accumulation_carries_nothing_over():
     # It is a different bug (each step follows only the last batch), not one of gradients carried across steps.
     assert run_loop(4, "every batch")["grad_carried_share"] == 0.0

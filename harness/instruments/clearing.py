@@ -83,12 +83,20 @@ class GradientClearing(Collector):
             self._grad_at_step = None if grad is None else (weakref.ref(grad), inplace_version(grad))
 
     def _hook_every_gradient(self) -> None:
-        """Hook every trained parameter, to learn which one's gradient arrives first (then only that one's)."""
+        """Hook every parameter the optimizer steps, to learn which one's gradient arrives first (then only its).
+
+        Only those the optimizer holds: clearing .grad is the job of the step's zero_grad, which reaches just them.
+        A parameter no step moves (an output map copied after the optimizer was made) keeps its .grad whatever
+        the loop clears, and that is the unmoved check's finding (unmoved_share), not a forgotten zero_grad.
+        """
         self._watched, self._grad_at_step = None, None
         for param, hook in self._gradient_hooks:
             unhook(param, hook)
+        stepped = {id(p) for group in self.loop.optimizer.param_groups for p in group["params"]}
         self._gradient_hooks = [
-            (p, p.register_hook(partial(self._on_gradient, p))) for _, p in self.loop.named_params if p.requires_grad
+            (p, p.register_hook(partial(self._on_gradient, p)))
+            for _, p in self.loop.named_params
+            if p.requires_grad and id(p) in stepped
         ]
 
     def _on_gradient(self, param: torch.Tensor, grad: torch.Tensor) -> None:
