@@ -225,11 +225,7 @@ def test_a_parameter_the_optimizer_does_not_hold_is_unmoved_not_carried():
     optimizer = torch.optim.SGD(model[0].parameters(), lr=0.1)
     instruments = Instruments(model, optimizer, nn.functional.cross_entropy, census_every=1)
     for x, y in instruments.watch([(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(12)]):
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        instruments.after_backward(loss)
-        optimizer.step()
+        one_step(model, instruments, x, y)
     m = instruments.finish()
     assert model[2].weight.grad.ne(0).any()  # the copy's gradient piled up
     assert m["grad_carried_share"] == 0.0
