@@ -122,12 +122,13 @@ def test_a_failing_rank_1_is_an_error_on_rank_0_not_a_hang(tmp_path):
 
 # (subject, variant, the tests' cap, steps each rank trains under it): 84803 counts epochs (125 steps each, about
 # 10 s a run), x-jxmnop counts steps (10, as TrainCheck's bug_short.py runs it; the doctor's own fits on its longer
-# sequences make a run take about 25 s: slow).
+# sequences make a run take about 25 s). All slow: whole two-rank runs (the fast tests above check the recipes'
+# parts), and the fast suite is held under 5 minutes on 2 cores.
 RUNS = [
     pytest.param("x-jxmnop-ddp-out-of-sync", "buggy", "10", 10, marks=pytest.mark.slow),
     pytest.param("x-jxmnop-ddp-out-of-sync", "fixed", "10", 10, marks=pytest.mark.slow),
-    ("pytorch-84803", "buggy", "2", 250),
-    ("pytorch-84803", "fixed", "2", 250),
+    pytest.param("pytorch-84803", "buggy", "2", 250, marks=pytest.mark.slow),
+    pytest.param("pytorch-84803", "fixed", "2", 250, marks=pytest.mark.slow),
 ]
 
 

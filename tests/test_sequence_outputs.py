@@ -236,7 +236,11 @@ def test_the_last_position_loss_ratio_is_the_loss_at_the_last_position_over_the_
     assert report.verdict == "future_visible", str(report)
 
 
-@pytest.mark.parametrize("generated", [True, False], ids=["generated_text", "stdlib_text"])
+@pytest.mark.parametrize(
+    "generated",
+    [True, pytest.param(False, marks=pytest.mark.slow)],  # the standard library's text: evaluation data, a whole run
+    ids=["generated_text", "stdlib_text"],
+)
 def test_a_model_that_sees_later_tokens_is_named(generated):
     # The copy is learned abruptly, between steps 150 and 250 on the generated text: the reading is the run's end.
     report = train(rate=3e-3, steps=600, causal=False, generated=generated).report()
