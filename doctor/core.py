@@ -72,13 +72,12 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from analysis.checks.language import PADDING_IN_LOSS
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
 from analysis.features import FEATURES, features
 from analysis.forecast import Forecast, forecast
-from analysis.rules import HEALTHY, RULES, UNEXPLAINED, VERDICTS, WARNING, Finding, load_thresholds
+from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED, VERDICTS, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
 from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
@@ -572,9 +571,10 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
     findings, note = _findings(observed, thresholds)
-    padding = PADDING_IN_LOSS.judge_fact(measured)
-    if padding is not None:
-        findings = _with_fact(findings, padding)
+    for fact in reversed(GRID_FACTS):  # each goes after the numeric facts, so the first of them ends up first
+        found = fact.judge_fact(measured)
+        if found is not None:
+            findings = _with_fact(findings, found)
     across = distributed.judge(observed.ranks)
     if across is not None and across.findings:  # facts of the setup, ahead of what any one rank's steps show
         findings = [*across.findings, *(f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED))]
@@ -641,7 +641,7 @@ def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list
     either happened.
     """
     measured, origin = observed.measurements, observed.nonfinite
-    findings = rule_findings(measured, RULES, dict(thresholds), facts=[])  # the facts are judged here, below
+    findings = rule_findings(measured, RULES, dict(thresholds), facts=[])  # the grid's facts: in diagnose, below
     fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
     if origin is not None:
         # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their
