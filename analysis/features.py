@@ -563,14 +563,6 @@ FEATURES_LIST = [
         reads=("final_val_loss", "final_train_loss", "lm_bigram_val_loss"),
     ),
     Feature(
-        "last_position_loss_ratio",
-        "the loss at a window's last position over the loss at its other positions (the run's last quarter's median)",
-        "the same model's loss at the window's other positions: any text, vocabulary and window length",
-        True,
-        lambda m: _get(m, "last_position_loss_ratio"),
-        reads=("last_position_loss_ratio",),
-    ),
-    Feature(
         "first_loss_ratio",
         "first loss over ln C",
         "ln C, the loss of a uniform guess",

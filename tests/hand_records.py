@@ -97,8 +97,6 @@ PLANTED = {
     "starved_loader": {"data_wait_s": 3.0, "loop_s": 4.0, "data_wait_share": 0.75},
     # A language model whose answer is in its input: the loss far under a compressor's rate on the same text.
     "answer_leak": {"final_train_loss": 0.03, "final_val_loss": 0.05, "lm_compressor_val_loss": 1.7},
-    # A language model that sees later tokens: every position but the window's last reads its target.
-    "future_visible": {"last_position_loss_ratio": 40.0},
     "frozen_params": {"params_without_grad_share": 0.92, **FELL_SHORT},
     "params_not_updated": {"unmoved_share": 0.9, **FELL_SHORT},  # the first layer left out of the optimizer
     "no_zero_grad": {"accumulation_ratio": 30.0, "grad_carried_share": 1.0},

@@ -54,9 +54,11 @@ def test_the_fitted_rules_are_the_fitted_checks_in_order_and_orders_are_distinct
         "nonfinite_loss",
         "amp_steps_skipped",
         "padding_in_loss",
+        "future_visible",
     }
     assert set(VERDICTS) == {c.verdict for c in RULES}
-    assert [c.verdict for c in GRID_FACTS] == ["padding_in_loss"]  # the numeric facts need the doctor's own watch
+    # The numeric facts need the doctor's own watch; these two the grid's cells measure too.
+    assert [c.verdict for c in GRID_FACTS] == ["padding_in_loss", "future_visible"]
 
 
 def test_the_tables_are_derived_from_the_checks():
@@ -105,6 +107,22 @@ def test_the_grid_judges_padding_in_loss_on_its_record_column_ahead_of_the_fitte
     # Records written before the column existed are not judged on it.
     older = pd.DataFrame([scored]).drop(columns=["padding_scored_batch_share"])
     assert verdicts(older, RULES, THRESHOLDS).verdict.tolist() == ["healthy"]
+
+
+def test_the_grid_judges_future_visible_on_its_record_column_ahead_of_answer_leak():
+    import pandas as pd
+    from hand_records import THRESHOLDS, record
+
+    leak = {"final_train_loss": 0.03, "final_val_loss": 0.05, "lm_compressor_val_loss": 1.7}  # answer_leak fires
+    moved, copied = record(future_token_effect=0.3), record(future_token_effect=0.3, **leak)
+    found = diagnose(moved, RULES, THRESHOLDS)
+    assert [f.verdict for f in found] == ["future_visible"] and "moved the outputs before the cut by 30%" in (
+        found[0].evidence
+    )
+    assert [f.verdict for f in diagnose(copied, RULES, THRESHOLDS)] == ["future_visible", "answer_leak"]
+    rows = [moved, record(future_token_effect=0.0), record(future_token_effect=0.005), record(), copied]
+    table = verdicts(pd.DataFrame(rows), RULES, THRESHOLDS)
+    assert table.verdict.tolist() == ["future_visible", "healthy", "healthy", "healthy", "future_visible"]
 
 
 def test_a_new_family_module_is_collected_and_a_clash_of_order_is_refused(tmp_path, monkeypatch):

@@ -160,6 +160,26 @@ def bert_tagger(hf):
     return hf.BertForTokenClassification(config)
 
 
+def bert_without_decoder_mask(hf):
+    """BERT's language-model head trained on next bytes without `is_decoder=True`: its attention reads the whole window.
+
+    The model shifts its labels itself, as GPT-2 does, but as an encoder it masks nothing: each position reads the
+    byte it must predict (the bug Hugging Face's warning about `is_decoder` is for).
+    """
+    torch.manual_seed(0)
+    config = hf.BertConfig(
+        vocab_size=256,
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=LENGTH,
+        pad_token_id=PAD,
+        is_decoder=False,
+    )
+    return hf.BertLMHeadModel(config)
+
+
 def trainer_run(hf, tmp_path, model, data, lr: float, steps: int):
     """The Trainer on `model` for `steps` steps of AdamW at `lr`, the doctor's callback watching; returns it."""
     from doctor.integrations.huggingface import DoctorTrainerCallback
@@ -288,6 +308,7 @@ def test_trainer_on_gpt2_reads_the_causal_shift_and_a_healthy_run_is_healthy(hf,
     assert m["final_val_acc"] == pytest.approx(shifted_accuracy(model, data[1][0]))  # scored on the next token
     assert m["padded_batches"] == 300 and m[SHARE] == 0.0  # every batch padded, no padding scored
     assert m["final_val_acc"] > m["baseline_val_acc"] + 0.03, str(report)  # learning: above the most frequent label
+    assert m["future_token_effect"] == 0  # its causal mask: no output moves with later tokens
     assert report.verdict == "healthy", str(report)
 
 
@@ -298,7 +319,18 @@ def test_trainer_on_a_bert_tagger_reads_no_shift_and_a_healthy_run_is_healthy(hf
     m = report.measurements
     assert m["task"] == "sequence" and m["target_shift"] == 0 and doctor.loss_used.checked, str(report)
     assert m["final_val_acc"] > m["baseline_val_acc"] + 0.03, str(report)  # learning: above the most frequent label
+    assert math.isnan(m["future_token_effect"])  # tags are not the next tokens: reading later ones is its design
     assert report.verdict == "healthy", str(report)
+
+
+def test_trainer_on_bert_as_a_causal_lm_without_its_decoder_mask_names_future_visible(hf, tmp_path):
+    # The probe reads the model, not what it has learned: 30 steps show it.
+    doctor = trainer_run(hf, tmp_path, bert_without_decoder_mask(hf), language_data(30 * BATCH), lr=3e-3, steps=30)
+    report = doctor.report
+    m = report.measurements
+    assert m["target_shift"] == 1 and doctor.loss_used.checked, str(report)  # it shifts its labels, as GPT-2 does
+    assert m["future_token_effect"] > 0.01, str(report)
+    assert report.verdict == "future_visible", str(report)
 
 
 # Each model with the data it trains on: GPT-2 on next-byte windows, the BERT tagger on Python's token types.

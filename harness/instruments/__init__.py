@@ -32,7 +32,8 @@ The modules, each with one job:
 - One collector per measurement, each with its own hooks and its own columns (declared in its `COLUMNS`,
   which the record's table is assembled from: harness/columns.py): losses.py (loss curve, spikes,
   validation), data_wait.py, probe.py (the probe batch, input RMS), activations.py (dead and saturated units),
-  outputs.py (task, loss, probability rows, confident disagreement, output reach), modes.py (train/eval mode),
+  outputs.py (task, loss, probability rows, confident disagreement, output reach), causality.py (whether a
+  next-token model's outputs move with later tokens), modes.py (train/eval mode),
   labels.py (class mix), examples.py (kept for the reference fit), census.py (gradients), update_ratios.py,
   clearing.py (was .grad cleared), optimizer_steps.py, clipping.py, learning_rate.py, amp.py (GradScaler).
 - signals.py: the pure functions (spikes, the activation census, ...); memorization.py: `memorize`, `fit_capacity`.

@@ -20,6 +20,7 @@ from harness.batches import BatchLayout
 from harness.instruments.activations import Activations
 from harness.instruments.amp import AmpScale
 from harness.instruments.budget import Cost, CostBudget
+from harness.instruments.causality import Causality
 from harness.instruments.census import GradientCensus
 from harness.instruments.clearing import GradientClearing
 from harness.instruments.clipping import Clipping
@@ -90,6 +91,7 @@ class Instruments:
         self.update_ratios = UpdateRatios(loop, self.census)
         self.amp = AmpScale(loop, self.optimizer_steps)
         self.outputs = Outputs(loop, self.probe_batch)
+        self.causality = Causality(loop, self.probe_batch)
         self.modes = Modes(loop)
         # The padding the loss scores: counted by the dataset's pad id (the grid's text), or by a watch the doctor
         # gives it once it knows the task (harness/instruments/padding.py).
@@ -110,6 +112,7 @@ class Instruments:
             self.update_ratios,
             self.amp,
             self.outputs,
+            self.causality,
             self.modes,
             self.padding,
         ]

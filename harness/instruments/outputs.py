@@ -7,14 +7,6 @@ its own: a double softmax), and the share of examples whose label the model conf
 labels a model that has learned the rule refuses to fit). As the run stops, on the probe batch in eval mode:
 how much the output varies across examples (0 for a constant output), which targets it can reach at all (a
 sigmoid cannot reach -1), and how far apart the logits a softmax loss exponentiates can get.
-
-For a sequence task under a softmax loss, each census step also reads the loss at the window's last position
-against the loss at its other positions (`last_position_loss_ratio`). In a model that sees only the tokens before
-a position, the last position has the most context, so its loss is no higher than the others' on average (the
-median over the census steps of the run's last quarter). A model
-that sees later tokens (no causal mask) reads every other position's target in its input: the next token sits in
-the window. The last position's target lies beyond the window, so that position alone must predict. Its loss
-then stays far above the rest.
 """
 
 import math
@@ -102,14 +94,6 @@ class Outputs(Collector):
             "the largest share of a census batch confidently contradicted so far",
             per_budget=True,
         ),
-        Column(
-            "last_position_loss_ratio",
-            F64,
-            "sequence tasks under a softmax loss, median over the census steps of the run's last quarter: the mean loss"
-            " at the window's last position over the mean at its other positions (NaN for other tasks, and where the"
-            " others' loss is no lower than ln V)",
-            per_budget=True,
-        ),
     )
 
     CENSUS_ONLY = True  # hooks the forwards of census steps
@@ -118,8 +102,6 @@ class Outputs(Collector):
         self.loop, self.probe = loop, probe
         self.output_prob: list[float] = []  # per census: share of output rows that are probabilities
         self.disagreement: list[tuple[int, float]] = []  # per census: (step, share confidently against its label)
-        # per census of a sequence task: (step, mean loss at the last position over the mean at the others)
-        self.position_ratios: list[tuple[int, float]] = []
         self._loss_read = False  # the loss is named on the first training forward (with the task, unless given)
         self.ran: list[str] = []  # the leaf modules the probe's forward ran, in order (output_layer: the last)
         # Hooked exactly while the next step is a census step: the only forwards it reads, and a hook on every
@@ -150,7 +132,6 @@ class Outputs(Collector):
             self._read_task(output, loop.last_targets)
         labels = loop.last_targets
         if loop.task == "sequence" and torch.is_tensor(output) and output.dim() == 3 and torch.is_tensor(labels):
-            self._position_losses(output, labels)
             output, labels = positions(output, labels)  # each position is a row (harness/targets.py)
             every = -(-len(output) // CENSUS_POSITIONS)
             output, labels = output[::every], labels[::every]
@@ -161,39 +142,6 @@ class Outputs(Collector):
             rows = (out.amin(dim=1) >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
             self.output_prob.append(float(rows.float().mean()) if loop.loss_kind in SOFTMAX_LOSSES else 0.0)
             self._disagreement(out if bool(rows.all()) else out.softmax(dim=1), labels)
-
-    def _position_losses(self, output: torch.Tensor, labels: torch.Tensor) -> None:
-        """The census batch's mean loss at the last position over that at (up to CENSUS_POSITIONS of) the others.
-
-        Read only under a softmax loss, where the loss of a position is -log softmax of its label's logit. Positions
-        whose label the loss ignores (padding, -100) are left out; with a causal shift read from the model's own
-        loss, the last position's label is such a fill, so the reading is NaN there, never a false one. So it is
-        where the other positions' loss is no lower than a uniform guess's (ln V): a model that has learned nothing
-        there, or diverged, says nothing about what it reads, and its ratio is noise.
-        """
-        if self.loop.loss_kind not in SOFTMAX_LOSSES or labels.shape != output.shape[:2] or output.shape[1] < 2:
-            return
-        with torch.no_grad():
-            labels = labels.to(output.device)
-            last_out, last_labels = output[:, -1], labels[:, -1]
-            rest_out, rest_labels = positions(output[:, :-1], labels[:, :-1])
-            every = -(-len(rest_out) // CENSUS_POSITIONS)
-            rest_out, rest_labels = rest_out[::every], rest_labels[::every]
-            means = []
-            for out, lab in ((last_out, last_labels), (rest_out, rest_labels)):
-                scored = in_classes(lab, out.shape[1])
-                logp = out[scored].float().log_softmax(dim=1)
-                loss = float(-logp.gather(1, lab[scored].unsqueeze(1)).sum())
-                means.append(loss / int(scored.sum()) if bool(scored.any()) else math.nan)
-        last, rest = means
-        learned = math.isfinite(last) and rest < math.log(output.shape[2])  # NaN compares False
-        if not learned:
-            ratio = math.nan
-        elif rest == 0:
-            ratio = math.inf if last > 0 else math.nan
-        else:
-            ratio = last / rest
-        self.position_ratios.append((self.loop.step + 1, ratio))
 
     def _read_task(self, output, targets) -> None:
         """The loss, and the task unless it was read already, from the first training forward and its batch."""
@@ -273,16 +221,6 @@ class Outputs(Collector):
             checks["target_reach_gap"] = unreachable_share(self.probe.targets, *reach)
         return checks
 
-    def _last_position_ratio(self, step: int) -> float:
-        """The median over the census steps of the run's last quarter: loss at the last position over the others'.
-
-        The end of the run, as the final losses are: a model that sees later tokens learns to copy them abruptly,
-        in a few dozen steps at some point of the run (tests/test_sequence_outputs.py shows it on a generated
-        text), and before that its positions look alike. A median over the quarter, not one step: a census batch
-        holds one last position per window, a few dozen.
-        """
-        return finite_median(ratio for at, ratio in self.position_ratios if 4 * at >= 3 * step)
-
     def close(self) -> None:
         if self._hook is not None:
             self._hook.remove()
@@ -296,7 +234,6 @@ class Outputs(Collector):
             "confident_disagreement": finite_median(d for at, d in self.disagreement if 2 * at >= step),
             # At its highest: a model that has learned the rule but not yet memorized the wrong labels.
             "confident_disagreement_peak": max((d for _, d in self.disagreement), default=math.nan),
-            "last_position_loss_ratio": self._last_position_ratio(step),
         }
         if not final:
             return scalars
