@@ -144,20 +144,24 @@ def gpt2(hf):
     return hf.GPT2LMHeadModel(config)
 
 
-def bert_tagger(hf):
-    """A one-layer BERT token classifier, 64 wide, over characters, one of 6 tags per character."""
+def bert_config(hf, **options):
+    """A one-layer BERT, 64 wide, over characters (random weights: built from its config, no download)."""
     torch.manual_seed(0)
-    config = hf.BertConfig(
+    return hf.BertConfig(
         vocab_size=256,
         hidden_size=64,
         num_hidden_layers=1,
         num_attention_heads=4,
         intermediate_size=128,
         max_position_embeddings=LENGTH,
-        num_labels=len(TAGS) + 1,
         pad_token_id=PAD,
+        **options,
     )
-    return hf.BertForTokenClassification(config)
+
+
+def bert_tagger(hf):
+    """A BERT token classifier, one of 6 tags per character."""
+    return hf.BertForTokenClassification(bert_config(hf, num_labels=len(TAGS) + 1))
 
 
 def bert_without_decoder_mask(hf):
@@ -166,18 +170,7 @@ def bert_without_decoder_mask(hf):
     The model shifts its labels itself, as GPT-2 does, but as an encoder it masks nothing: each position reads the
     byte it must predict (the bug Hugging Face's warning about `is_decoder` is for).
     """
-    torch.manual_seed(0)
-    config = hf.BertConfig(
-        vocab_size=256,
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=LENGTH,
-        pad_token_id=PAD,
-        is_decoder=False,
-    )
-    return hf.BertLMHeadModel(config)
+    return hf.BertLMHeadModel(bert_config(hf, is_decoder=False))
 
 
 def trainer_run(hf, tmp_path, model, data, lr: float, steps: int):
