@@ -239,7 +239,7 @@ def test_the_future_token_effect_is_how_far_the_earlier_outputs_move_over_their_
 
 @pytest.mark.parametrize(
     "generated",
-    [True, pytest.param(False, marks=pytest.mark.slow)],  # the standard library's text: evaluation data, a whole run
+    [True, pytest.param(False, marks=pytest.mark.slow)],  # the standard library's text: evaluation data
     ids=["generated_text", "stdlib_text"],
 )
 def test_a_model_that_sees_later_tokens_is_named(generated):

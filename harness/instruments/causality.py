@@ -45,15 +45,15 @@ REPEAT_TOLERANCE = 1e-6
 
 
 class Causality(Collector):
-    """How much a next-token model's outputs before the window's middle move when only later tokens change."""
+    """How much a next-token model's outputs before a cut move when only the tokens from the cut on change."""
 
     COLUMNS = (
         Column(
             "future_token_effect",
             F64,
-            "next-token tasks: the largest change of the outputs before the window's middle when only the tokens from"
-            " the middle on are replaced, over the outputs' RMS (0 for a model that reads only earlier tokens); NaN"
-            " for other tasks and outputs that differ between two identical calls",
+            "next-token tasks: the largest change of the scored outputs before a cut (the median scored position)"
+            " when only the tokens from the cut on are replaced, over the outputs' RMS (0 for a model that reads only"
+            " earlier tokens); NaN for other tasks and outputs that differ between two identical calls",
             per_budget=True,
         ),
     )
@@ -102,10 +102,10 @@ class Causality(Collector):
         altered = apply(self.probe.inputs, lambda t: changed if t is tokens else t)
         loop = self.loop
         try:
+            as_is = loop.on_model_device(self.probe.inputs)  # moved once, run twice
             with loop.own_forward_pass(), eval_mode(loop.model), torch.no_grad():
                 first, again, moved = (
-                    loop.layout.forward(loop.model, loop.on_model_device(inputs))
-                    for inputs in (self.probe.inputs, self.probe.inputs, altered)
+                    loop.layout.forward(loop.model, inputs) for inputs in (as_is, as_is, loop.on_model_device(altered))
                 )
         except BatchError:  # an output the doctor cannot read: not measured
             return math.nan
