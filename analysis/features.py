@@ -23,7 +23,7 @@ import numpy as np
 
 from analysis.data_forecast import data_forecast
 from analysis.forecast import forecast
-from harness.columns import CHECKPOINT_COLUMNS
+from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
 from harness.columns import NAMES as COLUMN_NAMES
 from harness.targets import BINARY_LOSSES
 
@@ -164,6 +164,12 @@ def _fit_vs_reference(m: Mapping) -> float:
     return _div(_get(m, "final_train_acc") - baseline, room)
 
 
+# The share of the logits at a floor (a ReLU or clamp on them) over which a run's logits are read as clamped
+# (analysis/checks/outputs.py: clamped_logits, whose threshold this is). Such a model cannot show its capacity:
+# whole classes never win, and a wider layer does not help, so the capacity evidence is not read on it.
+FLOORED_LOGITS = 0.05
+
+
 def _capacity_fit(m: Mapping) -> float:
     """What the model has shown it can fit of the training examples, over what the references fit of them.
 
@@ -178,6 +184,8 @@ def _capacity_fit(m: Mapping) -> float:
     reference (regression, multi-label: the references are classifiers) there is no yardstick, and no evidence
     either way: a perfect fit is no yardstick, since noisy targets keep any model's R² under 1.
     """
+    if _get(m, "logit_floor_share") > FLOORED_LOGITS:  # classes that can never win: no capacity evidence
+        return math.nan
     baseline, fitted = _get(m, "capacity_baseline"), _get(m, "capacity_score")
     references = [_get(m, "reference_train_acc"), _get(m, "reference_loo_acc")]
     finite = [value for value in references if not math.isnan(value)]
@@ -736,7 +744,14 @@ FEATURES_LIST = [
         " with room to spare fits at least as much, one too small for the data less, however it is trained",
         False,
         _capacity_fit,
-        reads=("capacity_baseline", "capacity_score", "final_train_acc", "reference_loo_acc", "reference_train_acc"),
+        reads=(
+            "capacity_baseline",
+            "capacity_score",
+            "final_train_acc",
+            "logit_floor_share",
+            "reference_loo_acc",
+            "reference_train_acc",
+        ),
     ),
     Feature(
         "label_noise_z",
@@ -826,9 +841,38 @@ FEATURES_LIST += NAIVE_FEATURES_LIST
 FEATURES = {f.name: f for f in FEATURES_LIST}
 
 
+# The quick references' columns (harness/reference.py declares them): a feature that reads one rests on them.
+REFERENCE_COLUMNS = frozenset(name for name, where in DECLARED_IN.items() if where == "harness/reference.py")
+RESTS_ON_REFERENCES = frozenset(f.name for f in FEATURES_LIST if REFERENCE_COLUMNS.intersection(f.reads))
+# The fewest held-out examples the references may be scored on for a feature to rest on them. An accuracy on n
+# examples has a standard error of up to 0.5 / sqrt(n): 9 points at 30, wider than most shortfalls the rules weigh,
+# and a 5-NN vote fitted on a handful of examples says nothing (a batch-1 loop whose few kept examples leave 3 to
+# score on). Below it those features are not judged (NaN), and the doctor says so; every problem of the grid and
+# the zoo holds 50 or more.
+REFERENCE_FLOOR = 30
+
+
+def too_few_for_references(measurements: Mapping) -> str | None:
+    """Why the features resting on the quick references are not judged on this run (None: they are)."""
+    held_out = _get(measurements, "reference_val_examples")
+    if 0 < held_out < REFERENCE_FLOOR:
+        return (
+            f"the quick references were scored on {held_out:.0f} held-out examples, fewer than {REFERENCE_FLOOR}: too"
+            " few to tell a shortfall from noise"
+        )
+    return None
+
+
 def features(measurements: Mapping) -> dict[str, float]:
-    """The named features of one run's measurements (NaN where a measurement is missing)."""
-    return {f.name: f.of(measurements) for f in FEATURES_LIST}
+    """The named features of one run's measurements (NaN where a measurement is missing).
+
+    Those resting on the quick references are NaN where the references were scored on too few examples
+    (`too_few_for_references`).
+    """
+    values = {f.name: f.of(measurements) for f in FEATURES_LIST}
+    if too_few_for_references(measurements) is not None:
+        values.update(dict.fromkeys(RESTS_ON_REFERENCES, math.nan))
+    return values
 
 
 def feature_table(records: "pd.DataFrame") -> "pd.DataFrame":

@@ -75,7 +75,7 @@ from torch import nn
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
-from analysis.features import FEATURES, features
+from analysis.features import FEATURES, RESTS_ON_REFERENCES, features, too_few_for_references
 from analysis.forecast import Forecast, forecast
 from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED, VERDICTS, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
@@ -183,6 +183,7 @@ class Doctor:
 
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
     input_scale = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
+    examples_not_rows = ""  # why the examples are not rows of the inputs ("" when they are), decided once per run
     _started: float | None = None  # when the watch first asked for a batch: the time budget runs from there
 
     def __init__(
@@ -377,7 +378,11 @@ class Doctor:
         """Call once per step, after loss.backward() and before optimizer.step()."""
         if self._shift_check is not None:
             check, self._shift_check = self._shift_check, None
-            check.judge(loss, self.instruments.last_targets)  # the first step's: UnsupportedTask if the loop shifts
+            try:  # the first step's: UnsupportedTask if the loop shifts
+                check.judge(loss, self.instruments.last_targets)
+            except UnsupportedTask:
+                self.instruments.loss_inputs.leave()  # the step ends here: no mode may outlive it
+                raise
         self.instruments.after_backward(loss)
 
     @property
@@ -411,6 +416,7 @@ class Doctor:
                 cost=self.cost,
                 stopped=self.stopped,
                 input_scale=self.input_scale,
+                examples_not_rows=self.examples_not_rows,
                 ranks=ranks,
             )
         return self._observed
@@ -446,7 +452,9 @@ class Doctor:
         val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan, math.nan)
         # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
         # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
-        not_rows = _not_example_rows(self.recent)
+        # Decided once for the run: the first batches' (the instruments keep examples from them), else the last's.
+        not_rows = self.instruments.examples.not_rows or _not_example_rows(self.recent)
+        self.examples_not_rows = not_rows
         probes = Probes(
             memorize_steps=self.memorize_steps, capacity_steps=self.capacity_steps, forward=self.layout.forward
         )
@@ -558,6 +566,7 @@ class Observed:
     cost: Cost | None = None  # what the doctor's instruments cost on the loop (None: watched without a budget)
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
     input_scale: str = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
+    examples_not_rows: str = ""  # why the examples are not rows of the inputs ("" when they are): no reference fit
     # Under torch.distributed: every rank's evidence (harness/instruments/ranks.py), this rank's number, the world's
     # size and whether the gather reached every rank (doctor/distributed.py: gather). None on one process.
     ranks: Mapping | None = None
@@ -581,9 +590,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     if observed.input_scale:  # said, not silent: the rule reading it could not be judged
         unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
         note = unscaled if note is None else f"{note}; {unscaled}"
-    beyond = _beyond_the_task(measured)
-    if beyond:
-        note = beyond if note is None else f"{note}; {beyond}"
+    for unjudged in (_beyond_the_task(measured), _too_few_examples(measured), _no_rows(observed)):
+        if unjudged:
+            note = unjudged if note is None else f"{note}; {unjudged}"
     return Report(
         tuple(findings),
         bigger_machine(observed, findings[0].verdict, thresholds["starved_loader"]),
@@ -632,6 +641,23 @@ def _beyond_the_task(measured: Mapping) -> str | None:
         if unjudged:
             said.append(f"{', '.join(unjudged)} ({why})")
     return f"not judged on {task} outputs: {'; '.join(said)}" if said else None
+
+
+def _no_rows(observed: Observed) -> str | None:
+    """Which checks rest on quick references that no example rows could be fitted with, and why (None: they could)."""
+    if not observed.examples_not_rows or observed.measurements.get("task") == "sequence":  # said by the task's note
+        return None
+    unjudged = [rule.verdict for rule in RULES if rule.feature in RESTS_ON_REFERENCES]
+    return f"not judged: {', '.join(unjudged)} (no quick reference was fitted: {observed.examples_not_rows})"
+
+
+def _too_few_examples(measured: Mapping) -> str | None:
+    """Which checks rest on quick references scored on too few examples to judge by (None: enough, or none)."""
+    why = too_few_for_references(measured)
+    if why is None:
+        return None
+    unjudged = [rule.verdict for rule in RULES if rule.feature in RESTS_ON_REFERENCES]
+    return f"not judged: {', '.join(unjudged)}, and whether the run fell short ({why})"
 
 
 def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list[Finding], str | None]:

@@ -105,14 +105,16 @@ def encode_targets(labels: torch.Tensor, n_classes: int, encoding: str) -> torch
 
 
 def loss_function(name: str) -> nn.Module:
-    """The grid's loss by name: cross_entropy, mse or bce.
+    """The grid's loss by name: cross_entropy, mse, bce or nll.
 
     cross_entropy takes logits with class indices or probability rows, mse compares the output with the targets,
-    bce is binary cross-entropy on the logits, a yes/no per output unit (it needs target rows: data.targets=onehot).
+    bce is binary cross-entropy on the logits, a yes/no per output unit (it needs target rows: data.targets=onehot),
+    nll the negative log-likelihood of class indices on log-probabilities (model.output=log_softmax).
     """
     if name not in LOSS_NAMES:
         raise ValueError(f"unknown loop.loss {name!r}: choose {', '.join(LOSS_NAMES)}")
-    return {"cross_entropy": nn.CrossEntropyLoss, "mse": nn.MSELoss, "bce": nn.BCEWithLogitsLoss}[name]()
+    losses = {"cross_entropy": nn.CrossEntropyLoss, "mse": nn.MSELoss, "bce": nn.BCEWithLogitsLoss, "nll": nn.NLLLoss}
+    return losses[name]()
 
 
 class PositionCrossEntropy(nn.CrossEntropyLoss):
@@ -273,6 +275,7 @@ def train(
     steps, eval_every, zero_every = loop_cfg.steps, loop_cfg.eval_every, loop_cfg.zero_grad_every
     accumulate = loop_cfg.accumulate  # batches (backward passes) per optimizer step
     permute_rows, amp = loop_cfg.permute_targets, loop_cfg.amp
+    broadcast = loop_cfg.broadcast_targets
     set_to_none, restore_train = loop_cfg.set_to_none, loop_cfg.restore_train_mode
     clip_norm, clip_scaled = loop_cfg.clip_norm, loop_cfg.clip_before_unscale
     validate = partial(evaluate, model, loss_fn, [run.val], eval_mode=loop_cfg.eval_mode)
@@ -286,6 +289,8 @@ def train(
         began = time.perf_counter()
         if permute_rows:  # the fault "targets changed inside the loop": after the batch was handed over
             y = permuted_rows(y, permute_rows)
+        if broadcast:  # the fault "loss broadcast": the targets given an axis the output lacks, (B, C) -> (B, 1, C)
+            y = y.unsqueeze(1)
         with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=amp):
             loss = loss_fn(model(x), y)
         # Zeroed before the first batch of an optimizer step: the fault "forgotten zero_grad" is this line missing.

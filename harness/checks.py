@@ -21,9 +21,17 @@ from omegaconf import DictConfig, OmegaConf
 
 BATCH_KINDS = ("indexed", "dataloader")
 BATCH_ORDERS = ("shuffled", "fixed", "class_sorted")  # the order examples are fed in (harness/data.py)
-OUTPUTS = ("logits", "softmax", "relu", "sigmoid", "tanh")  # what the model's head hands to the loss (harness/model.py)
+OUTPUTS = (
+    "logits",
+    "softmax",
+    "log_softmax",
+    "relu",
+    "sigmoid",
+    "tanh",
+)  # what the model's head hands to the loss (harness/model.py)
 TARGET_ENCODINGS = ("index", "onehot", "pm_one")  # how the loop hands the class labels to the loss (harness/cell.py)
-LOSS_NAMES = ("cross_entropy", "mse", "bce")  # the grid's loss functions (harness/cell.py); bce: on target rows
+# the grid's loss functions (harness/cell.py); bce: on target rows; nll: NLLLoss, on log-probabilities
+LOSS_NAMES = ("cross_entropy", "mse", "bce", "nll")
 WEIGHT_INITS = ("default", "glorot_uniform")  # how the Linear layers' weights start (harness/model.py)
 
 
@@ -103,6 +111,7 @@ KNOBS: dict[str, tuple[Callable, str]] = {
     "loop.weight_decay_share": _between(0, 1, False, True),
     "loop.optimizer_copies": _between(0, 1, False, False),
     "loop.permute_targets": _between(0, 1, False, False),
+    "loop.broadcast_targets": _BOOL,
     "loop.untie_after_optimizer": _BOOL,
     "loop.train_mode": _BOOL,
     "loop.restore_train_mode": _BOOL,

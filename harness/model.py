@@ -19,6 +19,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 OUTPUTS = {
     "logits": None,
     "softmax": lambda z: z.softmax(dim=1),
+    "log_softmax": lambda z: z.log_softmax(dim=1),  # for NLLLoss, which takes log-probabilities
     "relu": torch.relu,
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,

@@ -68,3 +68,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_loss_mode_left_entered():
+    """Every test leaves no loss-reading mode entered (harness/instruments/loss_inputs.py).
+
+    A mode left on torch's stack would see every torch call of the tests after it, the way it would every later
+    step of a user's program: the observer must leave it at each step's end, however the step ends.
+    """
+    yield
+    import sys
+
+    loss_inputs = sys.modules.get("harness.instruments.loss_inputs")  # not imported: no mode can be entered
+    if loss_inputs is not None and loss_inputs.LossCalls.entered:
+        entered, loss_inputs.LossCalls.entered = loss_inputs.LossCalls.entered, 0
+        raise AssertionError(f"{entered} loss-reading mode(s) left entered after the test")

@@ -369,5 +369,5 @@ def test_sequence_first_inputs_with_a_model_factory_are_judged_without_the_examp
     report = doctor.report()
     assert report.verdict  # judged, not crashed
     memorizes = report.checklist.checks[1]
-    assert memorizes.ok is None and "the inputs' first dimension (8) is not the targets' (32)" in memorizes.detail
+    assert memorizes.ok is None and "a batch's inputs had 8 rows for 32 targets" in memorizes.detail
     assert report.measurements["capacity_examples"] == 0

@@ -1,15 +1,19 @@
 """Kept examples: the first training examples the loop was fed, for the reference fit (harness/reference.py).
 
 No column of its own: quick references (a ridge classifier, nearest neighbours) trained on these examples are the
-run's own yardsticks, what simple models reach on the same features and labels. The examples are kept on the
-CPU, inputs flattened to rows; the targets become class indices once the task is known. Those of a batch on an
-accelerator stay on its device until the next census step (a copy to the CPU waits for the device: the instruments
-read nothing back between census steps).
+run's own yardsticks, what simple models reach on the same features and labels. The examples are kept on the CPU,
+inputs flattened to rows; the targets become class indices once the task is known. The example axis is decided once
+per run: the inputs' first dimension, as long as every batch has as many input rows as targets; the first batch that
+has not (a sequence-first loop, `(time, batch, features)`, whose batch of one a one-letter string happens to match)
+shows the examples are not rows of the inputs, and nothing is kept from then on, nor from before. Those of a batch
+on an accelerator stay on its device until the next census step (a copy to the CPU waits for the device: the
+instruments read nothing back between census steps).
 """
 
 import numpy as np
 import torch
 
+from harness.batches import rows
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import example_rows
 from harness.targets import class_labels, in_classes
@@ -23,9 +27,20 @@ class KeptExamples(Collector):
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # on the CPU from the next census step on
         self.n_kept = 0
         self._on_device = 0  # the last kept entries not yet copied to the CPU
+        # Why the examples are not rows of the inputs, once a batch showed it ("" while every batch had one row per
+        # target): decided once for the run, never batch by batch.
+        self.not_rows = ""
 
     def see(self, inputs, targets) -> None:
-        if self.n_kept < self.limit:
+        # Read on the first batches only, while examples are still being kept: the decision is the run's.
+        keeping = self.n_kept < self.limit and not self.not_rows
+        if keeping and torch.is_tensor(targets) and targets.dim() >= 1 and rows(inputs) != len(targets):
+            self.not_rows = (
+                f"a batch's inputs had {rows(inputs)} rows for {len(targets)} targets: the examples are not the"
+                " inputs' first dimension (sequence first?)"
+            )
+            self.kept, self.n_kept, self._on_device, keeping = [], 0, 0, False
+        if keeping:
             kept = example_rows(inputs, targets, self.limit - self.n_kept, to_host=False)
             if kept is not None:
                 self.kept.append(kept)

@@ -29,6 +29,7 @@ from harness.instruments.examples import KeptExamples
 from harness.instruments.labels import Labels
 from harness.instruments.learning_rate import LearningRate
 from harness.instruments.loop import Collector, Loop
+from harness.instruments.loss_inputs import LossInputs
 from harness.instruments.loss_targets import LossTargets
 from harness.instruments.losses import LossCurves
 from harness.instruments.modes import Modes
@@ -84,6 +85,7 @@ class Instruments:
         self.activations = Activations(loop, self.probe_batch)
         self.labels = Labels(loop)
         self.loss_targets = LossTargets(loop)
+        self.loss_inputs = LossInputs(loop)
         self.examples = KeptExamples(loop, keep_examples)
         self.census = GradientCensus(loop, fresh_gradient)
         self.learning_rate = LearningRate(loop)
@@ -115,6 +117,8 @@ class Instruments:
             self.causality,
             self.modes,
             self.padding,
+            # Last: its mode, entered as a census step's batch is handed out, then sees none of the others' work.
+            self.loss_inputs,
         ]
         # The doctor's watch for the first NaN or inf loss runs last (it may run the forward again); cells leave it off.
         self.nonfinite = NonFiniteWatch(loop) if watch_nonfinite else None
@@ -187,9 +191,12 @@ class Instruments:
     # ----- the loop's events ------------------------------------------------------------------------------------
     def watch(self, batches: Iterable, then: Callable[[], None] | None = None) -> Iterator:
         """Yield the batches of `batches`, timing how long the loop waits for each one; `then()` after each is seen."""
-        for batch, waited_s in self.data_wait.timed(batches):
-            self.see(batch, waited_s, then)
-            yield batch
+        try:
+            for batch, waited_s in self.data_wait.timed(batches):
+                self.see(batch, waited_s, then)
+                yield batch
+        finally:  # a loop that breaks or raises mid-step: the loss's mode is left (harness/instruments/loss_inputs.py)
+            self.loss_inputs.leave()
 
     def see(self, batch, waited_s: float = 0.0, then: Callable[[], None] | None = None) -> None:
         """One batch the loop is about to train on, and how long it waited for it.
@@ -198,7 +205,11 @@ class Instruments:
         calls it itself, before the batch's forward pass. `then()` runs after, its time counted as the instruments'.
         """
         start = time.perf_counter()
-        self._see(batch, waited_s)
+        try:
+            self._see(batch, waited_s)
+        except BaseException:  # a batch refused: no step follows, and no mode may be left entered
+            self.loss_inputs.leave()
+            raise
         if then is not None:
             then()
         if self.budget is not None:
