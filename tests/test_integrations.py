@@ -174,6 +174,25 @@ def test_lightning_fit_with_a_rate_far_too_high_is_named_and_its_report_shown_on
     ]
 
 
+def test_lightning_a_relu_on_the_logits_in_training_step_is_read_where_the_loss_gets_them(pl):
+    # Lightning's backbone example: forward() returns logits, training_step puts torch.relu on them before its
+    # loss. The callback hands the doctor the loss detached; the loss's own inputs are what is judged.
+    from doctor.integrations.lightning import DoctorCallback
+
+    torch.manual_seed(0)
+
+    class ReluInTheStep(lightning_module(pl, 1e-2)):
+        def training_step(self, batch, _index):
+            x, y = batch
+            return nn.functional.cross_entropy(torch.relu(self(x)), y)
+
+    doctor = DoctorCallback(nn.CrossEntropyLoss(), validation=[(VAL_IMAGES, VAL_LABELS)])
+    lightning_trainer(pl, doctor, 100).fit(ReluInTheStep(), digit_batches())
+    report = doctor.report
+    assert report.verdict == "clamped_logits", str(report)
+    assert report.measurements["loss_read"] == "cross_entropy" and report.measurements["logit_floor_share"] > 0.05
+
+
 def task_module(pl, kind: str):
     """A LightningModule of one task over the digits' pixels, whose training_step computes `kind`'s loss itself."""
     outputs, targets, loss = {

@@ -122,6 +122,26 @@ def test_a_loss_computed_inside_the_model_is_read():
     assert measured["loss_read"] == "cross_entropy" and measured["loss_shapes"] == "(32, 3) vs (32,)"
 
 
+def test_a_loss_handed_over_detached_is_matched_by_its_value():
+    def loss_of(model, x, y):
+        return F.cross_entropy(model(x), y) + 0.0 * F.mse_loss(model(x), torch.zeros(len(x), 3))
+
+    class Detached(Instruments):
+        def after_backward(self, loss):  # as the Lightning and Hugging Face callbacks hand it over
+            super().after_backward(loss.detach())
+
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    instruments = Detached(model, optimizer, F.cross_entropy, census_every=1, fresh_gradient=False)
+    for x, y in instruments.watch(class_batches()):
+        loss = loss_of(model, x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        instruments.after_backward(loss)
+        optimizer.step()
+    assert instruments.finish()["loss_read"] == "cross_entropy"  # its value is the sum's: the mse term is 0
+
+
 def test_of_a_loss_of_several_terms_the_first_it_was_computed_from_is_read_and_evaluations_are_not():
     def loss_of(model, x, y):
         with torch.no_grad():  # an evaluation in the step: no gradient, not the training loss

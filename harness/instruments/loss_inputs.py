@@ -109,12 +109,18 @@ class LossCalls(TorchFunctionMode):
 
 
 def computed_from(loss: torch.Tensor, calls: list[LossCall]) -> LossCall | None:
-    """The first recorded call whose result `loss` was computed from (the same tensor, or an input of its graph)."""
-    for call in calls:
-        if call.result is not None and loss is call.result:
-            return call
+    """The first recorded call whose result `loss` was computed from: a node of its graph.
+
+    A loss handed over detached (the Lightning and Hugging Face callbacks detach it) has no graph: then the call
+    whose result has its value, else the step's only call. None where none can be told.
+    """
+    if not torch.is_tensor(loss):
+        return None
+    if loss.grad_fn is None:
+        same = [c for c in calls if c.result is not None and c.result.shape == loss.shape and _same(c.result, loss)]
+        return same[-1] if same else calls[0] if len(calls) == 1 else None
     nodes = {call.node: call for call in calls if call.node is not None}
-    if not nodes or not torch.is_tensor(loss) or loss.grad_fn is None:
+    if not nodes:
         return None
     seen, frontier, found = {loss.grad_fn}, [loss.grad_fn], []
     while frontier and len(seen) <= GRAPH_NODES:
@@ -127,6 +133,11 @@ def computed_from(loss: torch.Tensor, calls: list[LossCall]) -> LossCall | None:
                 seen.add(parent)
                 frontier.append(parent)
     return min(found, key=calls.index) if found else None
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two loss values agree (one host read, on a census step)."""
+    return bool(torch.allclose(a.float(), b.detach().float().to(a.device), rtol=1e-5, atol=0.0))
 
 
 def floor_share(prediction: torch.Tensor) -> torch.Tensor | None:
