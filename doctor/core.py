@@ -126,6 +126,20 @@ class UnsupportedTask(CannotJudge, ValueError):
     """The batches, model or task are not the ones the doctor covers: its rules would give a wrong verdict."""
 
 
+class TaskFromLoss(UnsupportedTask):
+    """The first batch's targets and the model's output make no task: it is read at the first step, from the loss.
+
+    Not raised to the user unless the loss's own inputs make no task either (`Doctor._read_task_from_loss`): a loop
+    may reshape the output before its loss (`output.view(-1, ntokens)`), decode it in a Lightning `training_step`,
+    or score something other than the batch's targets (an autoencoder's inputs). Holds what the first layer was
+    handed and the shape of the forward's output, for the reading at the first step.
+    """
+
+    def __init__(self, message: str, first: "FirstLayer", output_shape: tuple[int, ...]):
+        super().__init__(message)
+        self.first, self.output_shape = first, output_shape
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C with no report to give (before the first training step, or during the end-of-run measurements).
 
@@ -261,6 +275,11 @@ class Doctor:
         self.padding: PaddingWatch | None = None  # a sequence task's watch for padding scored by the loss
         self._first: FirstLayer | None = None  # what the model's first layer saw on the first batch, until read
         self._shift_check: ShiftInTheLoop | None = None  # a sequence read unshifted: the first step's loss, checked
+        self._unread: TaskFromLoss | None = None  # a task to read at the first step, from what the loss received
+        # Why the doctor's own evaluations are not run ("" where they are): the loss reads a prediction that
+        # forward()'s output does not give (a decoder in the step), so no evaluation of the doctor's would be the run's.
+        self.own_evaluations = ""
+        self.rows_are_positions = False  # the loss's rows are positions of a (time, batch) output the loop flattened
         self.instruments.first_look = self._first_look  # the first batch is read before the instruments see it
         self.val_start: tuple[float, float] | None = None
         self.error: BaseException | None = None
@@ -330,9 +349,15 @@ class Doctor:
         """The first batch, before any instrument sees it: the task (check_task) and, for a sequence, the shift.
 
         Returns the batch's inputs and targets as the instruments are to see them (shifted, where the model shifts).
+        Where the batch's targets and the model's output make no task, the task is read at the first step from what
+        the loss received (`_read_task_from_loss`).
         """
-        self.task, self._first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
         self.instruments.first_look = None
+        try:
+            self.task, self._first, self.task_loss = check_task(self.model, self.layout, inputs, targets, self.loss_fn)
+        except TaskFromLoss as unread:
+            self._unread, self._first = unread, unread.first
+            return inputs, targets
         self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
         if self.task.kind != "sequence":
             return inputs, targets
@@ -356,7 +381,7 @@ class Doctor:
             # Integer inputs cast inside forward (uint8 pixels): the scale the first layer sees (instruments/probe.py).
             self.input_scale = self.instruments.probe_batch.scale_seen_by_model(self._first)
             self._first = None
-            if self.validation is not None:
+            if self.validation is not None and self.task is not None:  # else read with the task, at the first step
                 self.val_start = self._evaluate(self.validation)
         if self.ranks is not None:
             self.ranks.batch(inputs, targets)
@@ -384,6 +409,53 @@ class Doctor:
                 self.instruments.loss_inputs.leave()  # the step ends here: no mode may outlive it
                 raise
         self.instruments.after_backward(loss)
+        if self._unread is not None:  # the first step: its loss's inputs were read (step 0 is a census step)
+            self._read_task_from_loss()
+
+    def _read_task_from_loss(self) -> None:
+        """The task from the prediction and target the loss received at the first step, and how to reach them.
+
+        Where the prediction is forward()'s output reshaped (the same elements, the same last dimension: a loop's
+        `output.view(-1, ntokens)`) and the target the batch's reshaped, the layout reads them so from then on, and
+        every evaluation of the doctor's is the loop's. Where it is not (a decoder applied in the step, a target that
+        is not the batch's), the task is still the loss's, and the doctor's own evaluations are not run: the run is
+        judged on its own loop (the loss it computed, gradients, updates, the loss's inputs). UnsupportedTask where
+        the loss's inputs make no task either, or could not be read.
+        """
+        unread, self._unread = self._unread, None
+        call = self.instruments.loss_inputs.last_call
+        if call is None or call.target is None:
+            raise UnsupportedTask(f"{unread} (and the loss's own inputs could not be read at the first step)")
+        try:
+            task = read_task(call.target, call.prediction)
+        except TaskError as error:
+            raise UnsupportedTask(f"what the loss received makes no task either: {error}") from None
+        prediction, target = tuple(call.prediction.shape), tuple(call.target.shape)
+        batch_targets = self.instruments.last_targets
+        same_output = math.prod(unread.output_shape) == call.prediction.numel() and (
+            unread.output_shape[-1:] == prediction[-1:]
+        )
+        same_targets = torch.is_tensor(batch_targets) and batch_targets.numel() == call.target.numel()
+        if same_output and same_targets:
+            if prediction != unread.output_shape:
+                self.layout.output_view = functools.partial(_rows_of, tail=prediction[1:])
+                self.rows_are_positions = len(unread.output_shape) > len(prediction)  # (T, B, V) -> (T * B, V)
+            if target != tuple(batch_targets.shape):
+                view = self.layout.target_view = functools.partial(_rows_of, tail=target[1:])
+                self.recent = deque((x, view(y)) for x, y in self.recent)  # the first step's, split before the view
+        else:
+            self.own_evaluations = (
+                f"the loss compared a prediction of {prediction} with a target of {target}, which forward()'s output"
+                f" {unread.output_shape} and the batch's targets"
+                f" {tuple(batch_targets.shape) if torch.is_tensor(batch_targets) else '(none)'} do not give (a"
+                " decoder or another step between them?)"
+            )
+            self.instruments.loop.output_is_prediction = False
+        self.task, self.task_loss = task, self.loss_fn
+        self.instruments.task_read(task.kind)
+        self.instruments.outputs.read_loss_again()  # named at the next census forward, read as the loss reads it
+        if self.validation is not None and not self.own_evaluations:
+            self.val_start = self._evaluate(self.validation)  # the weights are still the first: no step yet
 
     @property
     def steps(self) -> int:
@@ -417,6 +489,8 @@ class Doctor:
                 stopped=self.stopped,
                 input_scale=self.input_scale,
                 examples_not_rows=self.examples_not_rows,
+                own_evaluations=self.own_evaluations,
+                rows_are_positions=self.rows_are_positions,
                 ranks=ranks,
             )
         return self._observed
@@ -448,12 +522,16 @@ class Doctor:
         measured = self.instruments.finish()
         if self.instruments.scaler is None:
             _no_hidden_scaler(self.instruments.kept_at_step)
-        train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
-        val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan, math.nan)
+        if self.own_evaluations:  # the doctor cannot compute the loop's prediction: the loop's own training loss only
+            train_loss, train_acc = _last_losses(measured.get("train_loss_curve")), math.nan
+            val_loss = val_acc = math.nan
+        else:
+            train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
+            val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan,) * 2
         # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
         # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
         # Decided once for the run: the first batches' (the instruments keep examples from them), else the last's.
-        not_rows = self.instruments.examples.not_rows or _not_example_rows(self.recent)
+        not_rows = self.own_evaluations or self.instruments.examples.not_rows or _not_example_rows(self.recent)
         self.examples_not_rows = not_rows
         probes = Probes(
             memorize_steps=self.memorize_steps, capacity_steps=self.capacity_steps, forward=self.layout.forward
@@ -567,6 +645,9 @@ class Observed:
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
     input_scale: str = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
     examples_not_rows: str = ""  # why the examples are not rows of the inputs ("" when they are): no reference fit
+    # Why the doctor ran no evaluation of its own ("" where it did): the loss reads a prediction forward() does not give
+    own_evaluations: str = ""
+    rows_are_positions: bool = False  # the loss's rows are a sequence's positions, flattened by the loop
     # Under torch.distributed: every rank's evidence (harness/instruments/ranks.py), this rank's number, the world's
     # size and whether the gather reached every rank (doctor/distributed.py: gather). None on one process.
     ranks: Mapping | None = None
@@ -579,7 +660,11 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     """
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
-    findings, note = _findings(observed, thresholds)
+    rules = RULES
+    if observed.rows_are_positions:  # a sequence flattened by the loop: its checks not judged (NOT_JUDGED_ON_TASK)
+        unjudged = {v for _, verdicts in NOT_JUDGED_ON_TASK["sequence"] for v in verdicts}
+        rules = [rule for rule in RULES if rule.verdict not in unjudged]
+    findings, note = _findings(observed, thresholds, rules)
     for fact in reversed(GRID_FACTS):  # each goes after the numeric facts, so the first of them ends up first
         found = fact.judge_fact(measured)
         if found is not None:
@@ -590,7 +675,10 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     if observed.input_scale:  # said, not silent: the rule reading it could not be judged
         unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
         note = unscaled if note is None else f"{note}; {unscaled}"
-    for unjudged in (_beyond_the_task(measured), _too_few_examples(measured), _no_rows(observed)):
+    own = observed.own_evaluations
+    own = own and f"judged on the loop's own losses, no evaluation of the doctor's (accuracy, validation, fits): {own}"
+    beyond = _beyond_the_task(measured, observed.rows_are_positions)
+    for unjudged in (own, beyond, _too_few_examples(measured), _no_rows(observed)):
         if unjudged:
             note = unjudged if note is None else f"{note}; {unjudged}"
     return Report(
@@ -632,12 +720,16 @@ NOT_JUDGED_ON_TASK = {
 NUMERIC_FACTS = tuple(check.verdict for check in NUMERIC_CHECKS)  # judged first: nonfinite_loss, amp_steps_skipped
 
 
-def _beyond_the_task(measured: Mapping) -> str | None:
-    """Which checks this run's task leaves unjudged (their feature not measured), and why; None: none."""
-    task = measured.get("task")
+def _beyond_the_task(measured: Mapping, positions: bool = False) -> str | None:
+    """Which checks this run's task leaves unjudged (their feature not measured), and why; None: none.
+
+    `positions`: the loss's rows are a sequence's positions, flattened by the loop (`output.view(-1, ntokens)`):
+    judged as a sequence, whatever its rows' task, and those checks are not judged whatever their feature reads.
+    """
+    task = "sequence" if positions else measured.get("task")
     values, said = features(measured), []
     for why, verdicts in NOT_JUDGED_ON_TASK.get(task, ()):
-        unjudged = [v for v in verdicts if v in VERDICTS and math.isnan(values[VERDICTS[v].feature])]
+        unjudged = [v for v in verdicts if v in VERDICTS and (positions or math.isnan(values[VERDICTS[v].feature]))]
         if unjudged:
             said.append(f"{', '.join(unjudged)} ({why})")
     return f"not judged on {task} outputs: {'; '.join(said)}" if said else None
@@ -645,9 +737,13 @@ def _beyond_the_task(measured: Mapping) -> str | None:
 
 def _no_rows(observed: Observed) -> str | None:
     """Which checks rest on quick references that no example rows could be fitted with, and why (None: they could)."""
-    if not observed.examples_not_rows or observed.measurements.get("task") == "sequence":  # said by the task's note
+    positions = observed.rows_are_positions or observed.measurements.get("task") == "sequence"  # the task's note
+    if not observed.examples_not_rows or observed.own_evaluations or positions:
         return None
-    unjudged = [rule.verdict for rule in RULES if rule.feature in RESTS_ON_REFERENCES]
+    values = features(observed.measurements)
+    unjudged = [r.verdict for r in RULES if r.feature in RESTS_ON_REFERENCES and math.isnan(values[r.feature])]
+    if not unjudged:
+        return None
     return f"not judged: {', '.join(unjudged)} (no quick reference was fitted: {observed.examples_not_rows})"
 
 
@@ -660,14 +756,16 @@ def _too_few_examples(measured: Mapping) -> str | None:
     return f"not judged: {', '.join(unjudged)}, and whether the run fell short ({why})"
 
 
-def _findings(observed: Observed, thresholds: Mapping[str, float]) -> tuple[list[Finding], str | None]:
+def _findings(
+    observed: Observed, thresholds: Mapping[str, float], rules: list = RULES
+) -> tuple[list[Finding], str | None]:
     """The findings, and the note saying which rules were not judged (None: all were).
 
     The fitted rules' findings come after a non-finite loss, or after most steps skipped by the GradScaler, where
     either happened.
     """
     measured, origin = observed.measurements, observed.nonfinite
-    findings = rule_findings(measured, RULES, dict(thresholds), facts=[])  # the grid's facts: in diagnose, below
+    findings = rule_findings(measured, rules, dict(thresholds), facts=[])  # the grid's facts: in diagnose, below
     fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
     if origin is not None:
         # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their
@@ -758,6 +856,17 @@ def _finite_pairs(pairs: Iterable, n: int) -> list:
     return [(join(xs), torch.cat(ys)) for xs, ys in joined]
 
 
+def _last_losses(curve, last: int = 10) -> float:
+    """The mean of the last training losses the loop computed (NaN without any): its own loss as the run ends."""
+    values = [float(v) for v in (curve if curve is not None else [])][-last:]
+    return sum(values) / len(values) if values else math.nan
+
+
+def _rows_of(tensor: torch.Tensor, tail: tuple[int, ...]) -> torch.Tensor:
+    """A tensor reshaped to rows of `tail`, as the loop reshapes it before its loss (`output.view(-1, ntokens)`)."""
+    return tensor.reshape(-1, *tail)
+
+
 def _not_example_rows(pairs: Iterable) -> str:
     """Why these split batches' inputs have no example rows to take, or "" when each has one row per target.
 
@@ -827,8 +936,8 @@ def check_task(
         out = layout.forward(model, to_device(inputs, next(model.parameters()).device))
     try:
         task = read_task(targets, out)
-    except TaskError as error:
-        raise UnsupportedTask(str(error)) from None
+    except TaskError as error:  # read from what the loss receives at the first step, instead
+        raise TaskFromLoss(str(error), first, tuple(out.shape)) from None
     if task.kind == "multiclass":
         _check_labels(targets, out, task.n_classes, loss_fn)
     if task.kind == "sequence":

@@ -143,8 +143,12 @@ def scaled(inputs, factor: float):
 
 
 def input_rms(inputs) -> float:
-    """Root mean square of the floating-point input values (NaN when there are none, as with token ids)."""
-    values = [t.detach().float().reshape(-1) for t in floats(inputs)]
+    """Root mean square of the floating-point input values (NaN when there are none, as with token ids).
+
+    A tensor holding an infinite value is left out: an additive attention mask (-inf where a position may not
+    attend, the transformer tutorial's `src_mask`) is no data with a scale. NaN inputs are the non-finite watch's.
+    """
+    values = [t.detach().float().reshape(-1) for t in floats(inputs) if not bool(torch.isinf(t).any())]
     if not values or not sum(len(t) for t in values):
         return math.nan
     return float((values[0] if len(values) == 1 else torch.cat(values)).pow(2).mean().sqrt())
@@ -209,6 +213,9 @@ class BatchLayout:
         # How the targets split from a batch are read, where not as they are: the doctor sets it at the first batch
         # for a causal language model that shifts its labels itself (harness/targets.py: shifted).
         self.target_view: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # How the output is read where not as the model returns it: the doctor sets it at the first step for a loop
+        # that reshapes the output before its loss (`output.view(-1, ntokens)`), read from what the loss received.
+        self.output_view: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._signature = forward_signature(model)
         self._readers: dict[type, Callable] = {}  # per kind of batch: a function batch -> (inputs, targets)
         self._calls: dict[tuple, Callable] = {}  # per kind of inputs: how the model takes them
@@ -341,7 +348,11 @@ class BatchLayout:
         return twin
 
     def output_of(self, output) -> torch.Tensor:
-        """The tensor the loss reads from what the model returned; BatchError if it cannot tell."""
+        """The tensor the loss reads from what the model returned (through `output_view`); BatchError if it cannot."""
+        tensor = self._output_tensor(output)
+        return tensor if self.output_view is None else self.output_view(tensor)
+
+    def _output_tensor(self, output) -> torch.Tensor:
         if self.output is not None:
             picked = _get(output, self.output)
             if not torch.is_tensor(picked):

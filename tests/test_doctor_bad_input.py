@@ -337,14 +337,27 @@ REFUSED = {
         "the model returned a tuple of 2 (Tensor, Tensor): the doctor reads one output tensor; say which,"
         " Doctor(..., output=...) with an int, a str (a key or attribute) or a function of the output",
     ),
-    "regression targets for two outputs": (
+    "targets of two per example for one output, the loss broadcasting them": (
         """
+        loss = nn.MSELoss()
+
         def batches():
-            return [(X[i : i + 32], X[i : i + 32, 0]) for i in range(0, 256, 32)]
+            return [(X[i : i + 32], X[i : i + 32, :2]) for i in range(0, 256, 32)]
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(8, 1)
+
+            def forward(self, x):
+                return self.layer(x)
+
+        def model():
+            return Net()
         """,
-        "targets (32,) (torch.float32) and model output (32, 2) make no task the doctor covers: class indices with"
-        " (batch, C) outputs, class indices per position (batch, time) with (batch, time, V) outputs, or targets of"
-        " the output's shape (one-hot, binary, multi-label, regression)",
+        "what the loss received makes no task either: targets (32, 2) (torch.float32) and model output (32, 1) make no"
+        " task the doctor covers: class indices with (batch, C) outputs, class indices per position (batch, time)"
+        " with (batch, time, V) outputs, or targets of the output's shape (one-hot, binary, multi-label, regression)",
     ),
     "no batch at all": (
         """
@@ -587,6 +600,18 @@ def test_the_users_own_exception_shows_its_traceback(tmp_path, capsys, case):
     assert lines[2].startswith(f'  File "{path}"'), err  # from the user's own frame, not the doctor's
     assert all(text in err for text in shown), err
     assert f"{ROOT / 'doctor'}" not in err, err
+
+
+def test_targets_no_output_fits_are_left_to_the_loss_whose_own_error_passes_through(tmp_path, capsys):
+    # Before: refused at the first batch, from forward()'s output. The task is read from what the loss receives
+    # (a loop may reshape or decode first); a loss that cannot take them raises, and its error is the run's.
+    regression = """
+        def batches():
+            return [(X[i : i + 32], X[i : i + 32, 0]) for i in range(0, 256, 32)]
+        """
+    status, out, err = doctor_cli(capsys, write(tmp_path, "float targets for two classes", regression))
+    assert status == 3 and out == "" and err.startswith("the recipe's own code raised an exception")
+    assert "cross_entropy" in err and "Float" in err, err
 
 
 def test_a_syntax_error_in_the_recipe_exits_3_with_its_file_line_and_caret(tmp_path, capsys):

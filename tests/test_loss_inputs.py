@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from analysis.features import features
-from doctor import Doctor
+from doctor import Doctor, UnsupportedTask
 from harness.instruments import Instruments
 from harness.instruments.loss_inputs import LossCalls, broadcast_factor, floor_share
 
@@ -252,3 +252,74 @@ def test_a_regression_loss_that_broadcasts_is_named_and_one_of_matching_shapes_i
     matching = doctor_run(nn.Linear(8, 1), nn.MSELoss(), targets_of=lambda y: y.unsqueeze(1), regression=True)
     assert matching.measurements["loss_broadcast_factor"] == 1.0
     assert "loss_broadcast" not in [f.verdict for f in matching.findings]
+
+
+# ----- the task read from the loss's inputs, where forward()'s output and the batch's targets make none ---------------
+def test_a_loop_that_flattens_a_time_first_output_is_judged_on_what_its_loss_reads():
+    torch.manual_seed(0)
+    text = torch.arange(3000) % 11  # a cycle: each token's next is the following one, learnable from the token itself
+
+    def chunks(tokens):  # the transformer tutorial's layout: (35, batch) inputs, their next tokens flattened
+        columns = tokens[: len(tokens) // 4 * 4].reshape(4, -1).t()
+        return [(columns[i : i + 35], columns[i + 1 : i + 36].reshape(-1)) for i in range(0, len(columns) - 36, 35)]
+
+    model = TimeFirst()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    doctor = Doctor(model, optimizer, nn.CrossEntropyLoss(), validation=chunks(text[:800]))
+    for _ in range(3):
+        for x, y in doctor.watch(chunks(text)):
+            loss = F.cross_entropy(model(x).view(-1, 11), y)
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+    report = doctor.report()  # before: refused, "model output (35, 4, 11) for 140 targets"
+    measured = report.measurements
+    assert measured["task"] == "multiclass" and measured["loss_shapes"] == "(140, 11) vs (140,)"
+    assert measured["final_val_acc"] > 0.9  # the doctor's own evaluation reads the output as the loop reshapes it
+    assert "not judged on sequence outputs: shuffled_labels" in report.note  # its rows are positions, not examples
+    assert report.verdict == "healthy", str(report)
+
+
+def test_a_step_that_decodes_is_judged_on_its_own_losses():
+    torch.manual_seed(0)
+    images = torch.rand(640, 64)
+    model = Encoder()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    doctor = Doctor(model, optimizer, F.mse_loss, inputs=0, targets=0)  # the reconstruction's targets: its inputs
+    for _ in range(2):
+        for x, _labels in doctor.watch([(images[i : i + 16], torch.zeros(16)) for i in range(0, 640, 16)]):
+            loss = model.training_step((x, None))
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+    report = doctor.report()  # before: refused, "targets (16, 64) and model output (16, 3) make no task"
+    measured = report.measurements
+    assert measured["task"] == "regression" and measured["loss_shapes"] == "(16, 64) vs (16, 64)"
+    assert "judged on the loop's own losses" in report.note and "(16, 3)" in report.note
+    assert 0 < measured["final_train_loss"] < measured["first_loss"] and math.isnan(measured["final_val_loss"])
+    assert math.isnan(measured["output_spread"])  # forward()'s embedding is no prediction to read
+
+
+def test_a_loss_the_doctor_cannot_read_leaves_the_refusal_at_the_first_step():
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    doctor = Doctor(model, optimizer, lambda out, y: ((out.sum(1, keepdim=True) - y) ** 2).mean())
+    batches = [(torch.randn(8, 8), torch.randn(8, 5)) for _ in range(3)]
+    with pytest.raises(UnsupportedTask, match="the loss's own inputs could not be read at the first step"):
+        for x, y in doctor.watch(batches):
+            loss = ((model(x).sum(1, keepdim=True) - y) ** 2).mean()  # no torch.nn.functional loss to read
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+
+
+def test_an_additive_attention_mask_is_no_input_with_a_scale():
+    from harness.batches import input_rms
+
+    data = torch.full((35, 4, 8), 2.0)
+    mask = torch.triu(torch.full((35, 35), float("-inf")), diagonal=1)  # the transformer tutorial's src_mask
+    assert input_rms((data, mask)) == pytest.approx(2.0)  # before: inf, read as inputs far out of scale
+    assert math.isnan(input_rms((mask,)))

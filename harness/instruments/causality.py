@@ -67,6 +67,8 @@ class Causality(Collector):
     def tokens(self) -> torch.Tensor | None:
         """The probe's token tensor, where its task is next-token prediction (its labels the next input tokens)."""
         targets = self.probe.targets
+        if not self.loop.output_is_prediction:  # the loss reads another prediction than forward()'s
+            return None
         if self.probe.inputs is None or not torch.is_tensor(targets) or targets.dim() != 2 or targets.shape[1] < 2:
             return None
         labels = targets[:, :-1]

@@ -54,6 +54,10 @@ class Loop:
         # (its ignore_index) and every collector leaves them out (harness/targets.py: in_classes).
         self.classes: int | None = None
         self.own_forward = False  # the instruments' own forward passes are not the loop's: hooks leave them alone
+        # Whether forward()'s output (through the layout) is what the loss compares. False where the doctor found the
+        # loss reading another prediction (a decoder in the step): the readings of the output as a prediction (its
+        # probabilities, reach, spread, causality) are then not taken; the structural ones (layers) still are.
+        self.output_is_prediction = True
         # Read on every step, so plain attributes rather than properties (advance sets them).
         self.census_now = False  # whether step `step` is a census step (its backward was seen last)
         self.census_next = True  # whether the next step is (step 0 always is): its batch and forward are read

@@ -232,6 +232,7 @@ class LossInputs(Collector):
         self._entered_on: int | None = None  # the thread that entered the mode (None: not entered)
         self.kind = ""
         self.shapes = ""
+        self.last_call: LossCall | None = None  # the last call read (the doctor reads the task from the first)
         self._floor: list[torch.Tensor] = []
         self._nll_positive: list[torch.Tensor] = []
         self._likelihood: list[torch.Tensor] = []
@@ -272,7 +273,7 @@ class LossInputs(Collector):
         return entered
 
     def _read(self, call: LossCall) -> None:
-        self.kind = call.kind
+        self.kind, self.last_call = call.kind, call
         target_shape = tuple(call.target.shape) if call.target is not None else "no tensor"
         self.shapes = f"{tuple(call.prediction.shape)} vs {target_shape}"
         if call.kind in SCORE_LOSSES:

@@ -123,7 +123,7 @@ class Outputs(Collector):
 
     def _after_forward(self, _model, _inputs, output) -> None:
         loop = self.loop
-        if loop.own_forward or not torch.is_grad_enabled() or not loop.census_next:
+        if loop.own_forward or not torch.is_grad_enabled() or not loop.census_next or not loop.output_is_prediction:
             return
         output = loop.layout.output_or_none(output)  # a Hugging Face model returns an object holding the logits
         if output is None:
@@ -142,6 +142,10 @@ class Outputs(Collector):
             rows = (out.amin(dim=1) >= 0) & ((out.sum(dim=1) - 1).abs() < 1e-3)
             self.output_prob.append(float(rows.float().mean()) if loop.loss_kind in SOFTMAX_LOSSES else 0.0)
             self._disagreement(out if bool(rows.all()) else out.softmax(dim=1), labels)
+
+    def read_loss_again(self) -> None:
+        """Name the loss again at the next census forward (the doctor read the task late, from the loss's inputs)."""
+        self._loss_read = False
 
     def _read_task(self, output, targets) -> None:
         """The loss, and the task unless it was read already, from the first training forward and its batch."""
@@ -186,7 +190,7 @@ class Outputs(Collector):
     def _output_checks(self) -> dict:
         """What the output can do now, on the probe batch: how much it varies, and which targets it can reach."""
         checks = {"output_spread": math.nan, "target_reach_gap": math.nan, "logit_reach_span": math.nan}
-        if self.probe.inputs is None:
+        if self.probe.inputs is None or not self.loop.output_is_prediction:
             return checks
         loop = self.loop
         model, task, loss_kind = loop.model, loop.task, loop.loss_kind
