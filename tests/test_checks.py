@@ -55,10 +55,19 @@ def test_the_fitted_rules_are_the_fitted_checks_in_order_and_orders_are_distinct
         "amp_steps_skipped",
         "padding_in_loss",
         "future_visible",
+        "ignores_inputs",
+        "label_leak",
+        "validation_copies",
     }
     assert set(VERDICTS) == {c.verdict for c in RULES}
-    # The numeric facts need the doctor's own watch; these two the grid's cells measure too.
-    assert [c.verdict for c in GRID_FACTS] == ["padding_in_loss", "future_visible"]
+    # The numeric facts need the doctor's own watch; these the grid's cells measure too.
+    assert [c.verdict for c in GRID_FACTS] == [
+        "padding_in_loss",
+        "future_visible",
+        "ignores_inputs",
+        "label_leak",
+        "validation_copies",
+    ]
 
 
 def test_the_tables_are_derived_from_the_checks():
