@@ -19,9 +19,10 @@ takes in the examples themselves, from the same kept training examples and held-
   is theirs; `val_copy_answered_share`, the share of the held-out examples that copying a training label answers
   (the two multiplied); `val_rest_acc`, the references' accuracy on the held-out examples that are no copies.
 
-Cheap: the columns' classifiers are one vectorized pass over at most MAX_HELD_OUT held-out examples (columns sampled
-where inputs x classes x examples would pass MAX_CELLS), the rest's references one more ridge and 5-NN fit, the
-copies one hash of each row. Only examples: nothing here runs the model.
+Cheap: the columns' classifiers are one vectorized pass over at most MAX_HELD_OUT held-out examples (fewer for wide
+inputs, down to MIN_HELD_OUT, then the columns sampled, so that inputs x classes x examples stay within MAX_CELLS),
+the rest's references one more ridge and 5-NN fit, the copies one hash of each row (and a fit on the others only
+where some are copies). Only examples: nothing here runs the model.
 """
 
 import math
@@ -60,7 +61,11 @@ COLUMNS = (
         "share of validation examples answered right by copying a kept training example's label: exact copies"
         " carrying it (NaN without validation)",
     ),
-    Column("val_rest_acc", F64, "the references' accuracy on the validation examples that are no copies"),
+    Column(
+        "val_rest_acc",
+        F64,
+        "the references' accuracy on the validation examples that are no copies (NaN where none is a copy, or all)",
+    ),
 )
 
 EMPTY = {
@@ -75,7 +80,8 @@ EMPTY = {
 }
 
 NEAR_PERFECT = 0.95  # the column's held-out accuracy from which its comparison with the rest is read
-MAX_HELD_OUT = 1024  # held-out examples the columns' classifiers are scored on
+MAX_HELD_OUT = 1024  # held-out examples the columns' classifiers are scored on, at most
+MIN_HELD_OUT = 128  # and at least (where there are as many), however wide the inputs
 MAX_CELLS = 20_000_000  # held-out examples x classes x columns in the columns' pass; beyond it, columns are sampled
 CHUNK_CELLS = 2_000_000  # the distances computed at once
 
@@ -116,10 +122,14 @@ def _one_column(x, y, vx, vy, rng: np.random.Generator) -> dict:
     """The best single column's nearest-centroid accuracy, the rest's references, and the paired z between them."""
     from harness.reference import _references
 
-    if len(vy) > MAX_HELD_OUT:
-        keep = np.sort(rng.choice(len(vy), MAX_HELD_OUT, replace=False))
+    classes = np.unique(y)
+    # Held-out examples bounded so that the distances stay within MAX_CELLS (at least MIN_HELD_OUT of them); columns
+    # are sampled only where that many examples of every class still pass it.
+    most = max(MIN_HELD_OUT, min(MAX_HELD_OUT, MAX_CELLS // (len(classes) * x.shape[1])))
+    if len(vy) > most:
+        keep = np.sort(rng.choice(len(vy), most, replace=False))
         vx, vy = vx[keep], vy[keep]
-    classes, codes = np.unique(y, return_inverse=True)
+    codes = np.searchsorted(classes, y)
     columns = np.arange(x.shape[1])
     if len(vy) * len(classes) * len(columns) > MAX_CELLS:
         columns = np.sort(rng.choice(columns, max(1, MAX_CELLS // (len(vy) * len(classes))), replace=False))
@@ -135,9 +145,8 @@ def _one_column(x, y, vx, vy, rng: np.random.Generator) -> dict:
     best = int(right.mean(axis=0).argmax())
     column = int(columns[best])
     rest, rest_val = _standardized(np.delete(x, column, axis=1), np.delete(vx, column, axis=1), rng)
-    linear, neighbours, rest_acc = _references(rest, y, rest_val, vy)
-    better = max((linear, neighbours), key=lambda model: model.score(rest_val, vy))
-    rest_right = better.predict(rest_val) == vy
+    linear, neighbours, _ = _references(rest, y, rest_val, vy)
+    rest_right = max((model.predict(rest_val) == vy for model in (linear, neighbours)), key=lambda r: r.mean())
     column_right = right[:, best]
     only_column = int((column_right & ~rest_right).sum())
     only_rest = int((rest_right & ~column_right).sum())
@@ -146,7 +155,7 @@ def _one_column(x, y, vx, vy, rng: np.random.Generator) -> dict:
     return {
         "leak_column_acc": float(column_right.mean()),
         "leak_column": column,
-        "leak_rest_acc": rest_acc,
+        "leak_rest_acc": float(rest_right.mean()),
         "leak_column_z": (only_column - only_rest) / math.sqrt(discordant) if judged else math.nan,
     }
 
@@ -163,8 +172,8 @@ def _copies(x, y, vx, vy, rng: np.random.Generator) -> dict:
     share = float(copied.mean())
     agree = np.array([label == truth for label, truth in zip(found, vy, strict=True) if label is not None])
     label_acc = float(agree.mean()) if len(agree) else math.nan
-    rest_acc = math.nan
-    if (~copied).sum() > 0:
+    rest_acc = math.nan  # where every example is a copy, or none is (then it is the references' own, reference_val_acc)
+    if 0 < copied.sum() < len(copied):
         rows, rest_rows = _standardized(x, vx[~copied], rng)
         rest_acc = _references(rows, y, rest_rows, vy[~copied])[2]
     return {

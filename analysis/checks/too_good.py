@@ -19,11 +19,11 @@ leak in them moot.
 column together (harness/leak.py: `leak_column_z`, McNemar's paired z between a one-column nearest-centroid
 classifier and the quick references on the rest, read only where the column is right on at least 95% of the
 held-out examples). Its threshold, 2 standard errors, is argued, not fitted: on honest data one column predicts far
-worse than all the others (digits and the generated problems: about -17 standard errors, the best pixel 26%
-against 96%), and a column that merely matches the rest (z about 0) is a task whose signal sits in one feature; 2 is
-the outcome gate's "beyond noise". A leaked column beats the rest on every example the rest gets wrong: z is the
-square root of their count (digits, where the rest misses 10 to 19 of 450: 3.2 to 4.4; the generated problems:
-about 9.5).
+worse than all the others (digits and the generated problems: the best column 26 to 32% against the rest's 83 to
+98%, about -17 standard errors, so the reading is NaN: no column comes near 95%), and a column that merely matches
+the rest (z about 0) is a task whose signal sits in one feature; 2 is the outcome gate's "beyond noise". A leaked
+column beats the rest on every example the rest gets wrong: z is the square root of their count (the grid's digits
+cells, where the rest misses 9 to 18 of 450: 3.0 to 4.2; the generated problem: 9.3 to 9.5).
 
 `VALIDATION_COPIES`: validation examples that are exact copies of training examples, with the training label
 (harness/leak.py: `val_copy_answered_share`, the share of validation examples that copying a training label
