@@ -102,7 +102,9 @@ def test_a_model_that_ignores_its_inputs_is_named_and_its_loss_does_not_move():
     assert report.findings[0].verdict == "ignores_inputs"
     m = report.measurements
     assert m["altered_input_effect"] == 0 and m["altered_input_loss_ratio"] == 1.0
-    assert "the model never reads its inputs" in report.findings[0].evidence
+    assert "the loss on the altered inputs was 1.000x the loss on the real ones: the model never reads its inputs" in (
+        report.findings[0].evidence
+    )
 
 
 def test_a_leaked_column_is_named_with_its_index_and_the_rest_s_accuracy(healthy):
@@ -179,3 +181,10 @@ def test_the_grid_judges_the_three_on_their_record_columns_ahead_of_the_fitted_r
     assert [f.verdict for f in found] == ["label_leak"]
     assert "input column 64 alone predicts 100% of the held-out labels" in found[0].evidence
     assert "quick references on every other column reach 96%: 4.0 standard errors" in found[0].evidence
+    found = diagnose(copied, RULES, THRESHOLDS)[0].evidence
+    assert "answers 100% of them: 40% of all validation examples" in found and "reach 97% on the others" in found
+    everything = record(val_copy_share=1.0, val_copy_label_acc=1.0, val_copy_answered_share=1.0, val_rest_acc=math.nan)
+    said = diagnose(everything, RULES, THRESHOLDS)[0].evidence
+    assert "no validation example is left that is not such a copy" in said
+    unmeasured = record(altered_input_effect=0.0, altered_input_loss_ratio=math.nan)
+    assert "the loss on them was not measured" in diagnose(unmeasured, RULES, THRESHOLDS)[0].evidence

@@ -44,9 +44,8 @@ IGNORES_INPUTS = Check(
     above=False,
     evidence="with the probe batch's inputs zeroed or shuffled across the batch, neither what the model's first"
     " layer is handed nor its output moved ({value:.1g} of their RMS; under {threshold:.0e} is the fault: a model"
-    " that reads its inputs moves them by about their own size), and the loss on the altered inputs was"
-    " {altered_input_loss_ratio:.3f}x the loss on the real ones: the model never reads its inputs, so it can learn"
-    " only the class prior",
+    " that reads its inputs moves them by about their own size), and {altered_loss_line}: the model never reads its"
+    " inputs, so it can learn only the class prior",
     next_step="check that forward hands its argument to the first layer: no placeholder, zeros or constant in its"
     " place, no mask or preprocessing step that zeros every feature, no stored tensor read instead of the batch",
     order=4,  # a fact, after future_visible (3); ahead of the leak facts: a model that reads no input makes them moot
@@ -85,8 +84,8 @@ VALIDATION_COPIES = Check(
     above=True,
     evidence="{val_copy_share:.0%} of the validation examples are exact copies of training examples, and copying the"
     " training example's label answers {val_copy_label_acc:.0%} of them: {value:.0%} of all validation examples"
-    " (over {threshold:.0%} is the fault: a split of distinct examples holds none); quick references reach"
-    " {val_rest_acc:.0%} on the others, so the validation score counts examples the model trained on",
+    " (over {threshold:.0%} is the fault: a split of distinct examples holds none); {copies_against_rest}, so the"
+    " validation score counts examples the model trained on",
     next_step="deduplicate before splitting, and split before oversampling or augmenting: no validation example may"
     " be a copy of a training example (keep near-duplicates and an example's variants in the same split)",
     order=7,  # a fact, after label_leak (6): a leaked column is named first, copies or not
