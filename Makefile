@@ -39,7 +39,7 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed ## create .venv with torch (TORCH) and the project (runs again when pyproject.toml changes)
 
-sweep: setup ## run the grid SWEEP (default: 51 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
+sweep: setup ## run the grid SWEEP (default: 58 conditions x 5 seeds x 2 datasets) into RUNS; resumes, FORCE=1 reruns
 	$(BIN)/python -m harness $(SWEEP_ARGS) $(ARGS)
 
 smoke: ## run the tiny smoke grid (4 short cells) into runs/smoke

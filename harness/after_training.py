@@ -1,10 +1,11 @@
 """What is measured once training has ended, and the run's record put together: the same way for a cell and the doctor.
 
-Three things, each on a fresh copy of the model or on the examples alone, never on the trained model:
+Four things, each on a fresh copy of the model or on the examples alone, never on the trained model:
 memorization (can a fresh model fit a handful of training examples?), the capacity fit (how much of many of them
-can it fit in a clean loop?), both in harness/instruments/memorization.py, and the quick references (what simple
-models reach on the same examples, harness/reference.py). The cell (harness/cell.py) and the doctor
-(doctor/core.py) differ only in which examples they hand over and how long the probes train (`Probes`); what
+can it fit in a clean loop?), both in harness/instruments/memorization.py, the quick references (what simple
+models reach on the same examples, harness/reference.py) and the leak readings (one column, or validation copies of
+training examples, that predict the label far better than the rest: harness/leak.py). The cell (harness/cell.py) and
+the doctor (doctor/core.py) differ only in which examples they hand over and how long the probes train (`Probes`); what
 they hand over as None is recorded as not measured.
 
 `run_record` is the one place a run's measurements become one record, for both: the instruments' columns, the final
@@ -28,6 +29,8 @@ from harness.instruments.memorization import (
     memorize,
 )
 from harness.instruments.signals import plain_forward
+from harness.leak import EMPTY as NO_LEAK
+from harness.leak import leak_fit
 from harness.reference import EMPTY as NO_REFERENCE
 from harness.reference import reference_fit
 
@@ -74,7 +77,7 @@ def end_of_run(
     kept: tuple | None,
     held_out: tuple | None = None,
 ) -> dict:
-    """The end-of-run columns: memorization, the capacity fit and the quick references.
+    """The end-of-run columns: memorization, the capacity fit, the quick references and the leak readings.
 
     `memorize_on`: (inputs, targets) to memorize; `capacity_on`: (inputs, targets) batches to fit; `kept`: the
     examples the references are fitted on, scored on `held_out`. None (or no factory): recorded as not measured.
@@ -105,10 +108,11 @@ def end_of_run(
             check=probes.check,
             forward=probes.forward,
         )
-    reference = dict(NO_REFERENCE)
+    reference, leak = dict(NO_REFERENCE), dict(NO_LEAK)
     if kept is not None:
         reference = reference_fit(*kept, *(held_out or (None, None)), seed=probes.seed)
-    return assemble(memorized, capacity, reference)
+        leak = leak_fit(*kept, *(held_out or (None, None)), seed=probes.seed)  # harness/leak.py
+    return assemble(memorized, capacity, reference, leak)
 
 
 def run_record(instruments: Mapping, scores: Mapping, after: Mapping, n_classes: int, uninformed_loss: float) -> dict:

@@ -46,6 +46,8 @@ CLASS_DATA_KNOBS = {
     "minority_share": 1.0,
     "targets": "index",
     "bad_batch_every": 0,
+    "leak_column": False,
+    "val_copies": 0.0,
 }
 
 
@@ -69,6 +71,12 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         std = features[train].std(axis=0)
         std[std == 0] = 1.0  # digits has pixels that are always 0: leave them at 0 instead of dividing by 0
         features = (features - mean) / std
+    if data_cfg.leak_column:
+        # A column computed from the label (a feature derived from the target, an id that sorts with it), in both
+        # splits, standardized with the training split's statistics like the rest.
+        leaked = labels.astype(np.float32)
+        scale = leaked[train].std() or 1.0
+        features = np.hstack([features, ((leaked - leaked[train].mean()) / scale)[:, None]]).astype(np.float32)
     features = features * data_cfg.input_scale
 
     rng = np.random.default_rng(seed)
@@ -98,11 +106,19 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         noisy = rng.random(len(y_train)) < data_cfg.label_noise
         y_train = y_train.copy()
         y_train[noisy] = rng.integers(0, n_classes, size=int(noisy.sum()))
+    x_val, y_val = features[val], labels[val]
+    if data_cfg.val_copies > 0:
+        # The first share of the validation examples replaced by copies of training examples, with their labels (a
+        # split made after oversampling or augmenting, an evaluation set that overlaps the training set).
+        copies = round(data_cfg.val_copies * len(val))
+        drawn = rng.choice(len(train), copies, replace=False)
+        x_val, y_val = x_val.copy(), y_val.copy()
+        x_val[:copies], y_val[:copies] = features[train][drawn], labels[train][drawn]
     return Splits(
         x_train=torch.from_numpy(np.ascontiguousarray(features[train])),
         y_train=torch.from_numpy(y_train.astype(np.int64)),
-        x_val=torch.from_numpy(np.ascontiguousarray(features[val])),
-        y_val=torch.from_numpy(labels[val].astype(np.int64)),
+        x_val=torch.from_numpy(np.ascontiguousarray(x_val)),
+        y_val=torch.from_numpy(y_val.astype(np.int64)),
         n_classes=n_classes,
     )
 

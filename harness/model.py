@@ -52,6 +52,9 @@ class MLP(nn.Module):
         every output at 0 for every input: the output can no longer depend on the input).
     width_per_class: if set, replaces `hidden` by one layer of max(1, round(width_per_class x n_classes))
         units: a bottleneck sized against the task (0.4 gives 4 units for 10 classes).
+    ignore_inputs: forward replaces its inputs by zeros before the first layer (a placeholder left from testing
+        the shapes, a mask that zeros every feature): the model can learn only the class prior. The other families
+        take it too and replace their own inputs, before their encoder.
     """
 
     def __init__(
@@ -68,8 +71,10 @@ class MLP(nn.Module):
         width_per_class: float | None = None,
         output_bias: float | None = None,
         weight_init: str = "default",
+        ignore_inputs: bool = False,
     ):
         super().__init__()
+        self.ignore_inputs = ignore_inputs
         if width_per_class is not None:
             hidden = [max(1, round(width_per_class * n_classes))]
         if activation not in ACTIVATIONS:
@@ -108,6 +113,8 @@ class MLP(nn.Module):
         self._activation = OUTPUTS[output]
 
     def forward(self, x):
+        if self.ignore_inputs:
+            x = torch.zeros_like(x)
         logits = self.net(x)
         return logits if self._activation is None else self._activation(logits)
 
@@ -127,8 +134,11 @@ class SmallCNN(nn.Module):
         16 and 32 channels, some seeds reached 99% training accuracy on digits with hidden=[4]).
     """
 
-    def __init__(self, n_inputs: int, n_classes: int, channels: Sequence[int] = (8,), **head):
+    def __init__(
+        self, n_inputs: int, n_classes: int, channels: Sequence[int] = (8,), ignore_inputs: bool = False, **head
+    ):
         super().__init__()
+        self.ignore_inputs = ignore_inputs
         side = math.isqrt(n_inputs)
         if side * side != n_inputs:
             raise ValueError(
@@ -156,6 +166,7 @@ class SmallCNN(nn.Module):
         self.head = MLP(encoded, n_classes, **head)
 
     def forward(self, x):
+        x = torch.zeros_like(x) if self.ignore_inputs else x
         return self.head(self.encoder(x.reshape(-1, 1, self.side, self.side)))
 
 
@@ -172,8 +183,9 @@ class GRUClassifier(nn.Module):
         most of the parameters (frozen layers 0 and 1 are 77% of them, 62% with a state of 32).
     """
 
-    def __init__(self, n_inputs: int, n_classes: int, size: int = 16, **head):
+    def __init__(self, n_inputs: int, n_classes: int, size: int = 16, ignore_inputs: bool = False, **head):
         super().__init__()
+        self.ignore_inputs = ignore_inputs
         self.encoder = nn.GRU(1, size, batch_first=True)
         # At initialization the GRU's state is small (RMS 0.13 to 0.16) and much the same for every input, so
         # without this the head would start with about 40% of its ReLU units never active on a probe batch
@@ -184,6 +196,7 @@ class GRUClassifier(nn.Module):
         self.head = MLP(size, n_classes, **head)
 
     def forward(self, x):
+        x = torch.zeros_like(x) if self.ignore_inputs else x
         _, last = self.encoder(x.unsqueeze(-1))  # last: (layers, N, size); the top layer's state after step T
         return self.head(self.norm(last[-1]))
 
@@ -209,8 +222,18 @@ class TransformerClassifier(nn.Module):
     (width 32: 10 ms), and the model still learns the sequence task (validation accuracy 1.0 in seed 0's healthy cell).
     """
 
-    def __init__(self, n_inputs: int, n_classes: int, size: int = 8, layers: int = 2, heads: int = 2, **head):
+    def __init__(
+        self,
+        n_inputs: int,
+        n_classes: int,
+        size: int = 8,
+        layers: int = 2,
+        heads: int = 2,
+        ignore_inputs: bool = False,
+        **head,
+    ):
         super().__init__()
+        self.ignore_inputs = ignore_inputs
         if layers < 1:
             raise ValueError(f"TransformerClassifier needs at least one encoder layer, got layers={layers}")
         if heads < 1 or size % heads:
@@ -237,6 +260,7 @@ class TransformerClassifier(nn.Module):
         self.head = MLP(size, n_classes, **head)
 
     def forward(self, x):
+        x = torch.zeros_like(x) if self.ignore_inputs else x
         steps = self.embed(x.unsqueeze(-1)) + self.position  # (N, T, size)
         return self.head(self.norm(self.encoder(steps).mean(dim=1)))
 

@@ -16,15 +16,15 @@ from torch import nn
 from doctor import Doctor, Report, probe
 
 _g = torch.Generator().manual_seed(0)
-X = torch.randn(512, 8, generator=_g)
+X = torch.randn(640, 8, generator=_g)  # 512 to train on, 128 held out
 Y = (X[:, 0] + X[:, 1] > 0).long()
-VALIDATION = [(X[:128], Y[:128])]
+VALIDATION = [(X[512:], Y[512:])]
 
 
 def batches(scale: float = 1.0, nan: bool = False) -> list:
     """One pass over the examples in batches of 32: scaled, or with one NaN input value in each batch."""
     out = []
-    for i in range(0, len(X), 32):
+    for i in range(0, 512, 32):
         x = X[i : i + 32] * scale
         if nan:
             x = x.clone()

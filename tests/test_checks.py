@@ -58,6 +58,9 @@ def test_the_fitted_rules_are_the_fitted_checks_in_order_and_orders_are_distinct
         "nll_on_probabilities",
         "clamped_logits",
         "loss_broadcast",
+        "ignores_inputs",
+        "label_leak",
+        "validation_copies",
     }
     assert set(VERDICTS) == {c.verdict for c in RULES}
     # The numeric facts need the doctor's own watch; the others the grid's cells measure too.
@@ -67,6 +70,9 @@ def test_the_fitted_rules_are_the_fitted_checks_in_order_and_orders_are_distinct
         "nll_on_probabilities",
         "clamped_logits",
         "loss_broadcast",
+        "ignores_inputs",
+        "label_leak",
+        "validation_copies",
     ]
 
 

@@ -295,7 +295,7 @@ from torch import nn
 STEPS = 60
 INPUTS, TARGETS, OUTPUT = ("left", "right"), "classes", "scores"
 torch.manual_seed(0)
-X = torch.randn(256, 8)
+X = torch.randn(512, 8)
 Y = (X[:, 0] + X[:, 1] > 0).long()
 loss = nn.CrossEntropyLoss()
 
@@ -326,7 +326,7 @@ def optimizer(params):
 
 
 def validation():
-    return [batch(0, 256)]
+    return [batch(256, 512)]
 """
 
 

@@ -33,13 +33,13 @@ class WithUnused(nn.Module):
 
 
 _g = torch.Generator().manual_seed(0)
-X = torch.randn(512, 10, generator=_g)
+X = torch.randn(640, 10, generator=_g)  # 512 to train on, 128 held out
 Y = X[:, :3].argmax(dim=1)
 
 
 def batches():
     """One pass over the examples in 16 batches; the ninth has every label wrong: a loss spike once per pass."""
-    for i in range(0, len(X), 32):
+    for i in range(0, 512, 32):
         x, y = X[i : i + 32], Y[i : i + 32]
         yield x, (y + 1) % 3 if i == 256 else y
 
@@ -52,7 +52,7 @@ def spiky() -> Report:
         nn.functional.cross_entropy,
         lambda params: torch.optim.Adam(params, lr=0.01),
         steps=120,
-        validation=[(X[:128], Y[:128])],
+        validation=[(X[512:], Y[512:])],
     )
 
 

@@ -316,3 +316,22 @@ def test_the_slow_loaders_stall_is_a_multiple_of_the_steps_own_compute():
     for seconds in (1.0, 1.0, 0.002, 0.004):  # the first two are the warm-up: left out
         stall.record(seconds)
     assert stall() == pytest.approx(3.0 * 0.003)
+
+
+@pytest.mark.parametrize("dataset", CLASS_DATASETS)
+def test_the_too_good_faults_plant_a_leaked_column_validation_copies_and_a_model_that_reads_nothing(dataset):
+    healthy = short_run("healthy", dataset)
+    assert healthy["altered_input_effect"] > 0.5 and math.isnan(healthy["leak_column_z"])
+    # The sequence task's binary inputs repeat now and then (0.3% of validation): far under the fact's tenth.
+    assert healthy["val_copy_answered_share"] < 0.01
+    assert short_run("ignores_inputs", dataset)["altered_input_effect"] == 0
+    leaked = short_run("label_leak", dataset)
+    truth = _labels(dataset)
+    assert leaked["leak_column"] == truth.x_train.shape[1] and leaked["leak_column_acc"] == 1.0
+    assert leaked["leak_column_z"] > 2
+    assert short_run("validation_copies", dataset)["val_copy_answered_share"] > 0.2
+    copied = _labels(dataset, "fault=validation_copies")
+    half = round(0.5 * len(truth.y_val))
+    assert torch.equal(copied.x_val[half:], truth.x_val[half:]) and torch.equal(copied.y_val[half:], truth.y_val[half:])
+    rows = {tuple(row) for row in truth.x_train.tolist()}
+    assert all(tuple(row) in rows for row in copied.x_val[:half].tolist())

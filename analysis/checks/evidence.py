@@ -74,6 +74,31 @@ def _classes(m: Mapping) -> float:
         return math.nan
 
 
+def _finite(m: Mapping, column: str) -> float | None:
+    """A column's value as a float, None where it is missing or NaN."""
+    try:
+        value = float(m.get(column))
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def altered_loss_line(m: Mapping) -> str:
+    """The loss with the probe batch's inputs zeroed or shuffled against the loss on them as they are."""
+    ratio = _finite(m, "altered_input_loss_ratio")
+    if ratio is None:
+        return "the loss on them was not measured (a loss that could not be called on the probe batch as it is)"
+    return f"the loss on the altered inputs was {ratio:.3f}x the loss on the real ones"
+
+
+def copies_against_rest(m: Mapping) -> str:
+    """What quick references reach on the validation examples that are no copies of training examples."""
+    rest = _finite(m, "val_rest_acc")
+    if rest is None:
+        return "no validation example is left that is not such a copy"
+    return f"quick references reach {rest:.0%} on the others"
+
+
 EVIDENCE_VALUES: dict[str, Callable[[Mapping], object]] = {
     "metric_name": lambda m: METRIC_NAMES.get(m.get("task"), "accuracy"),
     "val_score": _scored("final_val_acc"),
@@ -92,6 +117,8 @@ EVIDENCE_VALUES: dict[str, Callable[[Mapping], object]] = {
     "loss_spike_steps": lambda m: list(m["loss_spike_steps"]) if m.get("loss_spike_steps") is not None else [],
     "forecast_line": forecast_line,
     "data_line": data_line,
+    "altered_loss_line": altered_loss_line,
+    "copies_against_rest": copies_against_rest,
 }
 
 

@@ -143,18 +143,23 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 def floor_share(prediction: torch.Tensor) -> torch.Tensor | None:
     """Share of the scores at their smallest value where none is below 0 (0 where any is): a ReLU or clamp's floor.
 
-    None where it means nothing: fewer than two values, every value the same (a constant output: constant_output's),
-    or rows that are probabilities (non-negative, summing to 1 over the classes: double_softmax's).
+    With several scores per row, only the rows holding the floor at least twice count: a clamp cuts many scores of
+    a row to it, while a model whose rows are all alike (an output that ignores the input) holds each row's smallest
+    once. None where it means nothing: fewer than two values, every value the same (a constant output:
+    constant_output's), or rows that are probabilities (non-negative, summing to 1 over the classes: double_softmax's).
     """
     if prediction.numel() < 2 or not prediction.is_floating_point():
         return None
     scores = prediction.float()
     lowest, highest = scores.amin(), scores.amax()
+    at_floor = scores == lowest
     if prediction.dim() >= 2 and prediction.shape[1] > 1:
         rows_sum_to_one = ((scores.sum(dim=1) - 1).abs() < 1e-3).all() & (lowest >= 0)
+        per_row = at_floor.sum(dim=1, keepdim=True)
+        at_floor = at_floor & (per_row >= 2)  # a row's scores tied at the floor: cut there, not merely smallest
     else:
         rows_sum_to_one = torch.zeros((), dtype=torch.bool, device=scores.device)
-    at_floor = (scores == lowest).float().mean() * (lowest >= 0)
+    at_floor = at_floor.float().mean() * (lowest >= 0)
     # NaN (not judged) for a constant output or probability rows; decided on the device, read at the columns.
     meaningless = (lowest == highest) | rows_sum_to_one
     return torch.where(meaningless, torch.full_like(at_floor, math.nan), at_floor)

@@ -26,6 +26,7 @@ from harness.instruments.clearing import GradientClearing
 from harness.instruments.clipping import Clipping
 from harness.instruments.data_wait import DataWait
 from harness.instruments.examples import KeptExamples
+from harness.instruments.inputs import InputDependence
 from harness.instruments.labels import Labels
 from harness.instruments.learning_rate import LearningRate
 from harness.instruments.loop import Collector, Loop
@@ -94,6 +95,7 @@ class Instruments:
         self.amp = AmpScale(loop, self.optimizer_steps)
         self.outputs = Outputs(loop, self.probe_batch)
         self.causality = Causality(loop, self.probe_batch)
+        self.input_dependence = InputDependence(loop, self.probe_batch)
         self.modes = Modes(loop)
         # The padding the loss scores: counted by the dataset's pad id (the grid's text), or by a watch the doctor
         # gives it once it knows the task (harness/instruments/padding.py).
@@ -115,6 +117,7 @@ class Instruments:
             self.amp,
             self.outputs,
             self.causality,
+            self.input_dependence,
             self.modes,
             self.padding,
             # Last: its mode, entered as a census step's batch is handed out, then sees none of the others' work.
