@@ -699,7 +699,30 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
         cost=observed.cost,
         stopped=observed.stopped,
         ranks=across,
+        read_as=_read_as(observed),
     )
+
+
+def _read_as(observed: Observed) -> str:
+    """One line: the loss the run's loss was computed from and its inputs' shapes, and what the examples are.
+
+    Decided once per run (the loss's inputs on census steps, the example axis from the first batches); "" for a run
+    observed before the loss's inputs were read (an older kept observation).
+    """
+    measured = observed.measurements
+    loss, shapes = measured.get("loss_read"), measured.get("loss_shapes")
+    if loss is None:
+        return ""
+    said = f"the loss: {loss} on {shapes}" if loss else "the loss: no torch.nn.functional loss was read"
+    if observed.own_evaluations:
+        examples = "the doctor's own evaluations not run (the loss reads another prediction than forward()'s)"
+    elif observed.rows_are_positions:
+        examples = "its rows are positions of the loop's (time, batch) output, flattened"
+    elif observed.examples_not_rows:
+        examples = f"examples not the inputs' rows ({observed.examples_not_rows})"
+    else:
+        examples = "examples: the rows of the inputs' first dimension"
+    return f"{said}; {examples}"
 
 
 # The checks a task leaves without what they read, and why: a check that cannot judge a task says so in the report
@@ -1221,6 +1244,7 @@ class Report:
     cost: Cost | None = None  # what the doctor cost on the loop, and the steps it watched in full
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
     ranks: distributed.Ranks | None = None  # the checks across the ranks of a distributed run (None: one process)
+    read_as: str = ""  # what the loss received and what the examples are, as the doctor read them ("": not read)
 
     @property
     def verdict(self) -> str:
@@ -1297,6 +1321,8 @@ class Report:
             lines.append("  (later findings can follow from the first: fix it and run the doctor again)")
         if self.note is not None:
             lines.append(f"  ({self.note})")
+        if self.read_as:
+            lines.append(f"read as: {self.read_as}")
         if warnings:
             lines.append("warnings (oddities this run did not pay for; worth a look, not the cause of a failure):")
             for finding in warnings:

@@ -53,6 +53,7 @@ def test_a_sequence_first_batch_of_one_is_never_read_as_letters():
     # The first batch is one letter (rows match); the second is not: nothing is kept, the one-letter names included.
     assert report.measurements["reference_examples"] == 0
     assert "sequence first" in report.note and "label_noise" in report.note
+    assert "examples not the inputs' rows" in report.read_as and "read as: the loss: cross_entropy" in str(report)
     assert report.verdict not in ("label_noise", "shuffled_labels", "class_imbalance", "model_too_small")
 
 
