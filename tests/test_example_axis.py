@@ -39,17 +39,23 @@ def names(count, seed=0):
     return batches
 
 
+def trained(model, optimizer, batches, epochs=1):
+    """A plain cross-entropy loop with the doctor's three lines; the doctor's report."""
+    doctor = Doctor(model, optimizer, F.cross_entropy)
+    for _ in range(epochs):
+        for x, y in doctor.watch(batches):
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+    return doctor.report()
+
+
 def test_a_sequence_first_batch_of_one_is_never_read_as_letters():
     model = LetterRNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    doctor = Doctor(model, optimizer, F.cross_entropy)
-    for x, y in doctor.watch(names(200)):
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
-    report = doctor.report()
+    report = trained(model, optimizer, names(200))
     # The first batch is one letter (rows match); the second is not: nothing is kept, the one-letter names included.
     assert report.measurements["reference_examples"] == 0
     assert "sequence first" in report.note and "label_noise" in report.note
@@ -62,15 +68,7 @@ def test_references_on_too_few_held_out_examples_are_not_judged():
     inputs, labels = torch.randn(12, 6), torch.arange(12) % 3  # twelve examples, a batch of one: 3 held out
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    doctor = Doctor(model, optimizer, F.cross_entropy)
-    for _ in range(10):
-        for x, y in doctor.watch([(inputs[i : i + 1], labels[i : i + 1]) for i in range(12)]):
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            doctor.after_backward(loss)
-            optimizer.step()
-    report = doctor.report()
+    report = trained(model, optimizer, [(inputs[i : i + 1], labels[i : i + 1]) for i in range(12)], epochs=10)
     assert 0 < report.measurements["reference_val_examples"] < REFERENCE_FLOOR
     assert f"fewer than {REFERENCE_FLOOR}" in report.note and "shuffled_labels" in report.note
     assert all(math.isnan(report.features[name]) for name in RESTS_ON_REFERENCES)

@@ -195,6 +195,18 @@ def test_the_readings_on_known_tensors():
 
 
 # ----- the facts, through the doctor as a user runs it -------------------------------------------------------------
+def trained(doctor, optimizer, batches, loss_of, epochs=1):
+    """The doctor's three lines around a plain loop: `loss_of(x, y)` is the step's loss; the doctor's report."""
+    for _ in range(epochs):
+        for x, y in doctor.watch(batches):
+            loss = loss_of(x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            doctor.after_backward(loss)
+            optimizer.step()
+    return doctor.report()
+
+
 def doctor_run(model, loss_fn, targets_of=lambda y: y, steps=60, regression=False):
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(640, 8, generator=generator)
@@ -206,14 +218,8 @@ def doctor_run(model, loss_fn, targets_of=lambda y: y, steps=60, regression=Fals
     doctor = Doctor(model, optimizer, loss_fn, validation=validation, max_steps=steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # mse_loss's own warning about the broadcast
-        while doctor.steps < steps and doctor.stopped is None:
-            for x, y in doctor.watch(batches):
-                loss = loss_fn(model(x), targets_of(y))
-                optimizer.zero_grad()
-                loss.backward()
-                doctor.after_backward(loss)
-                optimizer.step()
-    return doctor.report()
+        epochs = -(-steps // len(batches))  # the step budget cuts the last
+        return trained(doctor, optimizer, batches, lambda x, y: loss_fn(model(x), targets_of(y)), epochs)
 
 
 class ReluOnLogits(nn.Module):
@@ -268,14 +274,8 @@ def test_a_loop_that_flattens_a_time_first_output_is_judged_on_what_its_loss_rea
     model = TimeFirst()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     doctor = Doctor(model, optimizer, nn.CrossEntropyLoss(), validation=chunks(text[:800]))
-    for _ in range(3):
-        for x, y in doctor.watch(chunks(text)):
-            loss = F.cross_entropy(model(x).view(-1, 11), y)
-            optimizer.zero_grad()
-            loss.backward()
-            doctor.after_backward(loss)
-            optimizer.step()
-    report = doctor.report()  # before: refused, "model output (35, 4, 11) for 140 targets"
+    # before: refused, "model output (35, 4, 11) for 140 targets"
+    report = trained(doctor, optimizer, chunks(text), lambda x, y: F.cross_entropy(model(x).view(-1, 11), y), epochs=3)
     measured = report.measurements
     assert measured["task"] == "multiclass" and measured["loss_shapes"] == "(140, 11) vs (140,)"
     assert measured["final_val_acc"] > 0.9  # the doctor's own evaluation reads the output as the loop reshapes it
@@ -289,14 +289,9 @@ def test_a_step_that_decodes_is_judged_on_its_own_losses():
     model = Encoder()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     doctor = Doctor(model, optimizer, F.mse_loss, inputs=0, targets=0)  # the reconstruction's targets: its inputs
-    for _ in range(2):
-        for x, _labels in doctor.watch([(images[i : i + 16], torch.zeros(16)) for i in range(0, 640, 16)]):
-            loss = model.training_step((x, None))
-            optimizer.zero_grad()
-            loss.backward()
-            doctor.after_backward(loss)
-            optimizer.step()
-    report = doctor.report()  # before: refused, "targets (16, 64) and model output (16, 3) make no task"
+    batches = [(images[i : i + 16], torch.zeros(16)) for i in range(0, 640, 16)]
+    # before: refused, "targets (16, 64) and model output (16, 3) make no task"
+    report = trained(doctor, optimizer, batches, lambda x, _: model.training_step((x, None)), epochs=2)
     measured = report.measurements
     assert measured["task"] == "regression" and measured["loss_shapes"] == "(16, 64) vs (16, 64)"
     assert "judged on the loop's own losses" in report.note and "(16, 3)" in report.note
