@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.column import BOOL, F64, I32, I64, STR, TIMESTAMP
 from harness.columns import CHECKPOINT_COLUMNS, COLUMNS
 
-SCHEMA_VERSION = 19  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 20  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
@@ -42,7 +42,8 @@ SCHEMA_VERSION = 19  # 2: update ratio curve and peak; 3: the device study's tim
 # 16: the text corpus and its language-model references (unigram, bigram, lzma losses on the validation text);
 # 17: the padding the loss scores (padded_batches, padding_scored_batch_share, padding_scored_position_share);
 # 18: the loss at a sequence window's last position over the loss at its other positions; 19: that ratio replaced by
-# the probe of whether a next-token model's outputs move with later tokens (future_token_effect)
+# the probe of whether a next-token model's outputs move with later tokens (future_token_effect); 20: the
+# DataLoader's workers (loader_workers), read by the doctor's advice for a starved loop
 
 _ARROW = {F64: pa.float64(), I64: pa.int64(), I32: pa.int32(), STR: pa.string(), BOOL: pa.bool_()}
 _ARROW[TIMESTAMP] = pa.timestamp("us", tz="UTC")
