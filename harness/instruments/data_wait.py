@@ -4,34 +4,42 @@ A loop whose loader cannot keep up spends most of its time waiting for the next 
 device would not make it faster, a faster loader would. The wait is timed around each `next()` of the batch
 iterator (`timed`), or handed over by a loop the instruments do not iterate (`add`, from `see`).
 
-On a busy host the operating system takes the CPU away from the loop, and from its loader's worker processes, now
-and then, for milliseconds at a time (8 to 30 ms seen on the 2-core machine under a load of 5 to 8). Counted as
-waiting for data, those pauses moved the verdict with whatever else ran on the machine: a healthy in-memory loader
-read as starved, and a loader that sleeps on its files read as spending more than the whole loop (no compute left
-to compare with, so not measured at all). With `exclude_host_pauses` (the doctor's) the time spent ready to run but
-waiting for a CPU (Linux's run-queue delay, `/proc/<task>/schedstat`) is taken out of both the waits and the
-loop's time, so that the ratio is the one the loop shows on a host of its own (`HostQueues`):
+On a busy host the operating system takes the CPU away from the loop, from its loader's worker processes and from
+torch's intra-op threads, for milliseconds at a time (8 to 30 ms seen on the 2-core machine under a load of 5 to
+8). Timed by the wall clock, that moved the verdict with whatever else ran on the machine: a healthy in-memory
+loader read as starved, and a loader that sleeps on its files as healthy, or as waiting longer than the whole
+loop lasted (no compute left to compare with: not measured). With `exclude_host_pauses` (the doctor's) both sides
+of the ratio are measured as they would be on a host of the loop's own:
 
-- each `next()` waited its wall time less the loop's thread's run-queue time during it (a loader on the loop's
-  thread: its computing, its sleeps and reads, never its waits for a CPU) and less the most run-queue time any of
-  the loader's worker processes spent during it (the worker the loop waited on waited no longer than that);
-- the loop's time leaves out its thread's run-queue time from the first batch on.
+- each `next()` waited its wall time less the time the loop's thread spent ready to run but waiting for a CPU
+  during it (Linux's run-queue delay, `/proc/<task>/schedstat`), and less the most run-queue time any of the
+  loader's worker processes spent during it (the worker whose batch it was queued no longer than that): what is
+  left is the loader's own cost to the loop, its computing and its sleeps and reads (`HostQueues`);
+- the loop's own compute is the number of batches times a low quantile (the 10th percentile) of the time from the
+  end of one `next()` to the start of the next, less the loop's thread's run-queue time in it (`StepTimes`).
 
-Each run-queue second comes off the waits only where it fell inside a `next()`, and off the loop's time wherever
-it fell, so the loop's own compute (loop less waits) is never below zero on a busy host. What the run queue does
-not show still moves the ratio: a CPU shared with a busy hyperthread computes slower, on the loop's thread and in
-a loader's workers alike; workers more than the CPUs queue behind each other and count as if each had a CPU of its
-own; a pin-memory thread's waits for a CPU count as the loader's.
+Why a quantile for the compute, and not its run-queue time alone: torch's intra-op threads spin at each
+operation's barrier, so on a busy host a step waits at every barrier for whichever thread is off its CPU, and the
+loop's thread spends that time running (spinning), counted by its CPU clock as well as by the wall clock. Seen on
+the 2-core machine beside a CPU-burning process per core: the CNN of examples/ took a median of 117 ms of its
+thread's own (non-queued) time per step against 10 ms with nothing beside it, and a 10th percentile of 4.9 ms
+against 3.7 ms. The other threads' run-queue times do not help: a spinning thread is queued whether or not the
+loop waits for it. The fastest steps are those the host left alone, as `timeit` takes the fastest of its repeats.
+Its price: the loop's compute is that of a typical quick step, so a loop whose steps differ by design (gradient
+accumulation, a costly step every few) reads as computing less than it does, and a bit more starved.
 
-Why the run queue, and not the CPU time of the loader's work: a loader that reads files, or decodes with a
-library that releases the GIL, costs the loop wall time it spends asleep, which no CPU clock counts; the run queue
-is the one part of a wait that is the host's and not the loader's. Why not a probe of the loop fed from memory:
-the doctor does not own a user's training step, so it cannot re-run it on cached batches.
+Why not the loader's CPU time: a loader that reads files, or decodes with a library that releases the GIL, costs
+the loop wall time spent asleep, which no CPU clock counts. Why not a probe of the loop fed from memory: the doctor
+does not own a user's training step, so it cannot re-run it on cached batches.
 
-The grid's cells time as before (wall clock), so that their records do not change; without those counters (not
-Linux) the doctor times so too. The reads cost about 3 µs per batch, and as much again per worker.
+What the run queue does not show still moves the ratio a little: a CPU shared with a busy hyperthread computes
+slower; workers more than the CPUs queue behind each other and count as if each had a CPU of its own; a
+pin-memory thread's waits for a CPU count as the loader's. The grid's cells time as before (wall clock, loop less
+waits), so that their records do not change; without those counters (not Linux), and for a loop that hands its
+waits over (`add`), the doctor times so too. The reads cost about 3 µs per batch, and as much again per worker.
 """
 
+import contextlib
 import math
 import os
 import threading
@@ -156,12 +164,45 @@ class HostQueues:
         self.workers.clear()
 
 
+class StepTimes:
+    """The loop's own seconds per batch, kept as a histogram of 2% bins (constant memory), and a low quantile of it.
+
+    `quantile` (0 < q < 1) is validated here: the loop's compute is `count * at_quantile()`.
+    """
+
+    GROWTH = 1.02  # each bin 2% wider than the one before: the quantile is read to within 2%
+    SMALLEST_S = 1e-7  # the first bin's start: a tenth of a microsecond, under any step
+
+    def __init__(self, quantile: float = 0.1):
+        if not 0.0 < quantile < 1.0:
+            raise ValueError(f"a step time quantile is between 0 and 1, not {quantile}")
+        self.quantile = quantile
+        self.bins: dict[int, int] = {}
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        index = math.floor(math.log(max(seconds, self.SMALLEST_S) / self.SMALLEST_S, self.GROWTH))
+        self.bins[index] = self.bins.get(index, 0) + 1
+        self.count += 1
+
+    def at_quantile(self) -> float:
+        """The seconds at the quantile (the middle of its bin); NaN before any step."""
+        if not self.count:
+            return math.nan
+        rank = self.quantile * (self.count - 1)
+        seen = 0
+        for index in sorted(self.bins):
+            seen += self.bins[index]
+            if seen > rank:
+                return self.SMALLEST_S * self.GROWTH ** (index + 0.5)
+        raise AssertionError("unreachable: the counts sum to count")
+
+
 class DataWait(Collector):
     """Seconds spent waiting for batches, and the loop's own seconds since it asked for the first one.
 
-    `exclude_host_pauses`: take the time the loop's thread and its loader's workers waited for a CPU off both (see
-    the module docstring). `clock` and `host_queues` are the wall clock and the maker of the run-queue reader, given
-    by tests to script a busy host.
+    `exclude_host_pauses`: measure both as on a host of the loop's own (see the module docstring). `clock` and
+    `host_queues` are the wall clock and the maker of the run-queue reader, given by tests to script a busy host.
     """
 
     COLUMNS = (
@@ -184,8 +225,9 @@ class DataWait(Collector):
         self._clock = clock
         self._host_queues = host_queues
         self._host: HostQueues | None = None  # the loop's run queues, once timed() runs (and can read them)
-        self._queued_at_start = 0.0  # the loop's thread's run-queue seconds when it asked for its first batch
-        self._queued_total = 0.0  # the loop's seconds waiting for a CPU, kept once closed
+        self.steps = StepTimes()  # the loop's own time from one batch to the next (with the run queues only)
+        self._batches = 0  # batches yielded while the run queues were read: each had a step
+        self._step_began: tuple[float, float] | None = None  # when the last batch came, and the loop's queue then
 
     def loader(self, batches: Iterable) -> None:
         """Read the loader's settings (its workers) where `batches` is a DataLoader, or anything that says so."""
@@ -208,7 +250,9 @@ class DataWait(Collector):
             before = host.read() if host is not None else None
             if self.loop_start is None:
                 self.loop_start = start
-                self._queued_at_start = before[0] if before is not None else 0.0
+            if before is not None and self._step_began is not None:
+                self.steps.add(self._own(start, before[0]))  # the step on the last batch
+                self._step_began = None
             try:
                 batch = next(iterator)
             except StopIteration:
@@ -216,11 +260,21 @@ class DataWait(Collector):
             waited = self._clock() - start
             if host is not None:
                 if waited >= PAUSE_FLOOR_S:
-                    waited = max(0.0, waited - host.taken_out(before, host.read()))
+                    after = host.read()
+                    waited = max(0.0, waited - host.taken_out(before, after))
+                else:
+                    after = before  # a short wait: its queueing (if any) counts in the step
+                self._step_began = (start + waited if after is before else self._clock(), after[0])
+                self._batches += 1
                 if first:
                     host.first_batch_came()
             first = False
             yield batch, waited
+
+    def _own(self, now: float, queued: float) -> float:
+        """The loop's own seconds from the last batch's arrival to `now`: the wall time less its run-queue time."""
+        began, queued_then = self._step_began
+        return max(0.0, (now - began) - (queued - queued_then))
 
     def add(self, waited_s: float) -> None:
         """The loop waited `waited_s` seconds for its next batch; the first one also starts the loop's clock."""
@@ -229,7 +283,7 @@ class DataWait(Collector):
         self.wait_s += waited_s
 
     def columns(self, final: bool) -> dict:
-        elapsed = self._clock() - self.loop_start - self._queued_s() if self.loop_start is not None else math.nan
+        elapsed = self.wait_s + self._compute_s() if self.loop_start is not None else math.nan
         measured = {
             "data_wait_s": self.wait_s,
             "loop_s": elapsed,
@@ -237,18 +291,25 @@ class DataWait(Collector):
         }
         return measured | {"loader_workers": self.loader_workers} if final else measured
 
-    def _queued_s(self) -> float:
-        """The loop's thread's seconds waiting for a CPU since the loop began (0 where not read)."""
-        if self._host is None:
-            return self._queued_total
-        try:
-            return self._host.loop.seconds() - self._queued_at_start
-        except OSError:  # the loop's thread has ended (it was not the one finishing): its pauses stay in the loop
-            return 0.0
+    def _compute_s(self) -> float:
+        """The loop's own compute: batches times a quick step where the run queues were read, else the wall clock."""
+        if not self._batches:
+            return self._clock() - self.loop_start - self.wait_s
+        step = self.steps.at_quantile()
+        if math.isnan(step) and self._step_began is not None and self._host is not None:
+            try:  # one batch so far: its step, as it stands
+                step = self._own(self._clock(), self._host.loop.seconds())
+            except OSError:
+                step = math.nan
+        if math.isnan(step):  # the loop's thread has ended before a second batch: the wall clock
+            return self._clock() - self.loop_start - self.wait_s
+        return self._batches * step
 
     def close(self) -> None:
-        """The run's pauses as they stand at the end (columns() follows), and the files closed."""
+        """The last step as it stands at the end (columns() follows), and the files closed."""
         if self._host is not None:
-            self._queued_total = self._queued_s()
+            if self._step_began is not None and not self.steps.count:
+                with contextlib.suppress(OSError):  # the loop's thread has ended: no step of its own to add
+                    self.steps.add(self._own(self._clock(), self._host.loop.seconds()))
             self._host.close()
             self._host = None
