@@ -183,9 +183,8 @@ def test_the_mode_is_active_on_census_steps_only(monkeypatch):
 
 
 def test_the_readings_on_known_tensors():
-    # Row one holds the floor twice (cut there), row two once (merely its smallest): 2 of 6 scores.
-    assert floor_share(torch.tensor([[0.0, 0.0, 2.0], [0.0, 1.0, 3.0]])) == pytest.approx(2 / 6)
-    assert floor_share(torch.tensor([[0.5, 0.0, 2.0], [0.5, 0.0, 2.0]])) == 0.0  # alike rows, each min once
+    assert floor_share(torch.tensor([[0.0, 0.0, 2.0], [0.0, 1.0, 3.0]])) == pytest.approx(0.5)  # 3 of 6 cut to 0
+    assert floor_share(torch.tensor([[0.5, 0.1, 2.0], [0.5, 0.1, 2.0]])) == 0.0  # alike rows, none cut: no floor
     assert floor_share(torch.tensor([[-1.0, 0.0, 2.0], [0.0, 0.0, 3.0]])) == 0.0  # a negative score: no floor at 0
     assert math.isnan(float(floor_share(torch.zeros(4, 3))))  # a constant output is constant_output's
     assert math.isnan(float(floor_share(torch.full((4, 2), 0.5))))  # probability rows are double_softmax's

@@ -39,16 +39,16 @@ NLL_ON_PROBABILITIES = Check(
 # A loss that takes raw scores (cross_entropy, BCE-with-logits) needs them free to go down as well as up: a ReLU
 # or clamp(min=0) on the logits (as the last module, a torch.relu in forward, or applied in the loop) leaves every
 # score it cuts at exactly 0 with no gradient through it, so those classes can never be pushed down or back up,
-# and with BCE no output can say "no". Healthy logits are continuous: at most a tie or two sits at the batch's
-# smallest value, well under 1% of a batch of scores; a floor holds a large share (half of a fresh model's).
+# and with BCE no output can say "no". Continuous scores are never exactly 0 (a healthy head's, a sigmoid's, or a
+# model's that ignores its input, whose rows are alike); a floor holds a large share (half of a fresh model's).
 # The threshold, FLOORED_LOGITS (analysis/features.py, which keeps the capacity evidence off such runs), is 5%.
 CLAMPED_LOGITS = Check(
     verdict="clamped_logits",
     needs_harm=False,
     feature="logit_floor_share",
     above=True,
-    evidence="{value:.0%} of the scores the loss ({loss_read}) received sat exactly at their smallest value with"
-    " none below 0 (over {threshold:.0%} is the fault): a ReLU or clamp on the logits, so those scores get no"
+    evidence="{value:.0%} of the scores the loss ({loss_read}) received were exactly 0 with none below 0 (over"
+    " {threshold:.0%} is the fault): a ReLU or clamp on the logits, so those scores get no"
     " gradient, and classes cut to the floor can never win",
     next_step="remove the ReLU or clamp after the last layer (a torch.relu on the logits in forward or in the loop"
     " included): cross_entropy and BCEWithLogitsLoss take raw scores of any sign",

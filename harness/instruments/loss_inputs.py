@@ -141,25 +141,22 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def floor_share(prediction: torch.Tensor) -> torch.Tensor | None:
-    """Share of the scores at their smallest value where none is below 0 (0 where any is): a ReLU or clamp's floor.
+    """Share of the scores exactly at 0 where none is below 0 (0 where any is): the floor of a ReLU or clamp(min=0).
 
-    With several scores per row, only the rows holding the floor at least twice count: a clamp cuts many scores of
-    a row to it, while a model whose rows are all alike (an output that ignores the input) holds each row's smallest
-    once. None where it means nothing: fewer than two values, every value the same (a constant output:
-    constant_output's), or rows that are probabilities (non-negative, summing to 1 over the classes: double_softmax's).
+    Exactly 0: a ReLU or clamp cuts every score below it to 0.0 itself, while continuous scores (a healthy head, a
+    sigmoid's, those of a model whose rows are all alike because it ignores its input) are never exactly 0. None
+    where it means nothing: fewer than two values, every value the same (a constant output: constant_output's), or
+    rows that are probabilities (non-negative, summing to 1 over the classes: double_softmax's).
     """
     if prediction.numel() < 2 or not prediction.is_floating_point():
         return None
     scores = prediction.float()
     lowest, highest = scores.amin(), scores.amax()
-    at_floor = scores == lowest
     if prediction.dim() >= 2 and prediction.shape[1] > 1:
         rows_sum_to_one = ((scores.sum(dim=1) - 1).abs() < 1e-3).all() & (lowest >= 0)
-        per_row = at_floor.sum(dim=1, keepdim=True)
-        at_floor = at_floor & (per_row >= 2)  # a row's scores tied at the floor: cut there, not merely smallest
     else:
         rows_sum_to_one = torch.zeros((), dtype=torch.bool, device=scores.device)
-    at_floor = at_floor.float().mean() * (lowest >= 0)
+    at_floor = (scores == 0).float().mean() * (lowest >= 0)
     # NaN (not judged) for a constant output or probability rows; decided on the device, read at the columns.
     meaningless = (lowest == highest) | rows_sum_to_one
     return torch.where(meaningless, torch.full_like(at_floor, math.nan), at_floor)
@@ -195,8 +192,8 @@ class LossInputs(Collector):
             "logit_floor_share",
             F64,
             "median over census steps: share of the scores a loss that takes raw scores (cross_entropy,"
-            " BCE-with-logits) received sitting exactly at their smallest value when none is below 0 (a ReLU or"
-            " clamp on the logits; 0 where any score is negative; NaN for probability rows, a constant output or"
+            " BCE-with-logits) received that are exactly 0 when none is below 0 (a ReLU or clamp(min=0) on the"
+            " logits; 0 where any score is negative; NaN for probability rows, a constant output or"
             " another loss)",
             per_budget=True,
         ),
