@@ -256,9 +256,8 @@ class Doctor:
         # gathered once at the report: nothing is exchanged while the loop trains.
         rank = distributed.world()
         self.ranks = RankWatch(model, optimizer, *rank, scaler=scaler) if rank is not None else None
-        # The wait for data and the loop's compute as they would be on a host of the loop's own: the run queues taken
-        # out of the waits, the compute read from the quick steps (harness/instruments/data_wait.py); the grid's
-        # cells keep the wall clock.
+        # The wait for data as the loop would show it on an idle host: the OS's pauses counted in neither the waits
+        # nor the loop's time (harness/instruments/data_wait.py); the grid's cells keep the wall clock.
         self.instruments.data_wait.exclude_host_pauses = True
         # The last training batches, to measure training accuracy on: at least `keep_batches` of them and at least
         # RECENT_EXAMPLES examples (with a batch of 1, eight examples would make a coin of the accuracy); with a
@@ -304,7 +303,6 @@ class Doctor:
         """
         if self.ranks is not None:
             self.ranks.new_pass(batches)  # a pass over the loader begins: an epoch, whose order is compared
-        self.instruments.data_wait.loader(batches)  # its workers, read before a budget wraps it: the advice reads them
         if self.max_steps is not None or self.max_seconds is not None:
             batches = self._within_budget(batches)  # without a budget, no check at all on each step
         with refusing():  # the user's loop body does not run in here: only the doctor's reading of each batch

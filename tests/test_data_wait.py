@@ -2,11 +2,9 @@
 
 A healthy in-memory DataLoader run of 60 short steps waits about 10 ms for its batches in all; on a busy host a
 pause of the OS (the loop's thread ready to run, but another process on its CPU) of 10 to 30 ms that fell inside a
-`next()` was counted as waiting for data, and one run in seven was called starved_loader. The doctor now takes the
-time its thread spent waiting for a CPU (its run queue) off each `next()`, and off the loop's time too. Here the
-pauses are made on purpose: a busy process pinned to the loop's CPU shares it with the loop. (The same arithmetic
-on a scripted host, with the loader's workers, and without depending on this machine's speed:
-tests/test_loader_wait.py.)
+`next()` was counted as waiting for data, and one run in seven was called starved_loader. The doctor now counts a
+`next()` that never blocked by its thread's CPU time, and leaves the time spent waiting for a CPU out of the loop's
+time too. Here the pauses are made on purpose: a busy process pinned to the loop's CPU shares it with the loop.
 """
 
 import contextlib
@@ -25,7 +23,7 @@ from harness.instruments.data_wait import DataWait, RunQueue
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or RunQueue.of_this_thread() is None,
-    reason="needs Linux: CPU affinity and a thread's schedstat",
+    reason="needs Linux: CPU affinity, a thread's schedstat and its count of voluntary switches",
 )
 
 
@@ -76,7 +74,7 @@ def batches(n: int, computing: float = 0.0, sleeping: float = 0.0):
     [
         # 20 ms of the loop's own work per batch takes about 40 ms of wall time beside a busy loop: it waited 20.
         ("a loader computing on the loop's thread", 0.02, 0.0, 0.019, 0.026),
-        # A loader that blocks (a worker's queue, a disk) waited at least the time it slept.
+        # A loader that blocks (a worker's queue, a disk) waited its wall time, pauses included, as before.
         ("a loader that blocks", 0.0, 0.02, 0.02, 1.0),
     ],
 )
