@@ -18,10 +18,13 @@ from doctor.core import probe
 N = 512
 
 
+HELD_OUT = 128  # examples after the first N: validation never holds a copy of a training example (validation_copies)
+
+
 def data(task: str):
-    """Inputs and targets of one generated problem per task (the same inputs every time)."""
+    """Inputs and targets of one generated problem per task (the same inputs every time): N to train, then HELD_OUT."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(N, 4, generator=generator)
+    x = torch.randn(N + HELD_OUT, 4, generator=generator)
     score = x @ torch.tensor([1.5, -1.0, 0.5, 0.0])
     if task == "regression":
         return x, (3 * score + 2).unsqueeze(1)  # targets well outside [0, 1]
@@ -34,6 +37,11 @@ def data(task: str):
     return x, torch.stack([score > 0, x[:, 1] > 0, x[:, 2] + x[:, 0] > 0], dim=1).float()  # multilabel
 
 
+def held_out(x, y) -> list:
+    """The validation batch: the examples after the first N, which no training batch holds."""
+    return [(x[N:], y[N:])]
+
+
 def run(task: str, head: list[nn.Module], loss: nn.Module, outputs: int, steps: int = 400):
     x, y = data(task)
 
@@ -44,7 +52,7 @@ def run(task: str, head: list[nn.Module], loss: nn.Module, outputs: int, steps: 
         order = torch.randperm(N)
         return [(x[order[i : i + 32]], y[order[i : i + 32]]) for i in range(0, N, 32)]
 
-    return probe(model, batches, loss, lambda p: torch.optim.Adam(p, lr=1e-2), steps=steps, validation=[(x, y)])
+    return probe(model, batches, loss, lambda p: torch.optim.Adam(p, lr=1e-2), steps=steps, validation=held_out(x, y))
 
 
 @pytest.mark.slow
@@ -133,7 +141,7 @@ def test_a_sigmoid_in_forward_before_cross_entropy_is_read_from_the_outputs_reac
         nn.CrossEntropyLoss(),
         lambda p: torch.optim.Adam(p, lr=1e-2),
         steps=400,
-        validation=[(x, y)],
+        validation=held_out(x, y),
     )
     span = report.measurements["logit_reach_span"]
     if squash:
@@ -153,7 +161,7 @@ def test_binary_cross_entropy_on_two_class_one_hot_rows_is_called_healthy():
         nn.BCEWithLogitsLoss(),
         lambda p: torch.optim.Adam(p, lr=1e-2),
         steps=400,
-        validation=[(x, y)],
+        validation=held_out(x, y),
     )
     assert report.measurements["task"] == "onehot" and report.measurements["loss_kind"] == "bce_logits"
     assert report.verdict == "healthy", str(report)
@@ -192,7 +200,7 @@ def test_a_model_whose_outputs_are_not_finite_has_no_logit_reach_to_read():
         nn.CrossEntropyLoss(),
         lambda p: torch.optim.Adam(p, lr=1e-2),
         steps=20,
-        validation=[(x, y)],
+        validation=held_out(x, y),
     )
     assert math.isnan(report.measurements["logit_reach_span"])  # not -inf, which would read as squashed
     assert "squashed_logits" not in [f.verdict for f in report.findings]
