@@ -84,3 +84,20 @@ def no_loss_mode_left_entered():
     if loss_inputs is not None and loss_inputs.LossCalls.entered:
         entered, loss_inputs.LossCalls.entered = loss_inputs.LossCalls.entered, 0
         raise AssertionError(f"{entered} loss-reading mode(s) left entered after the test")
+
+
+@pytest.fixture(autouse=True)
+def no_collection_timer_left_registered():
+    """Every test leaves the garbage collector's callbacks as it found them (harness/instruments/data_wait.py).
+
+    The doctor times the collections only while it times the batches: one left registered would be told of every
+    later collection of the user's program.
+    """
+    import gc
+
+    before = list(gc.callbacks)
+    yield
+    left = [callback for callback in gc.callbacks if callback not in before]
+    for callback in left:
+        gc.callbacks.remove(callback)
+    assert not left, f"{len(left)} garbage-collection callback(s) left registered after the test: {left}"

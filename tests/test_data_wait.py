@@ -5,9 +5,14 @@ pause of the OS (the loop's thread ready to run, but another process on its CPU)
 `next()` was counted as waiting for data, and one run in seven was called starved_loader. The doctor now counts a
 `next()` that never blocked by its thread's CPU time, and leaves the time spent waiting for a CPU out of the loop's
 time too. Here the pauses are made on purpose: a busy process pinned to the loop's CPU shares it with the loop.
+
+The interpreter pauses the loop too: a full garbage collection in a process holding millions of objects (the slow
+tests' session) took 0.2 s inside the first `next()` of such a run, and the run was called starved_loader. The
+doctor leaves its collections out as well; here one is made to fall inside a `next()`.
 """
 
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -19,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from doctor import Doctor
-from harness.instruments.data_wait import DataWait, RunQueue
+from harness.instruments.data_wait import DataWait, GarbageCollections, RunQueue
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or RunQueue.of_this_thread() is None,
@@ -114,13 +119,65 @@ def test_the_grid_keeps_the_wall_clock():
     assert sum(waits) > 0.15  # 100 ms of work, timed by the wall clock beside the busy loop
 
 
-def healthy_in_memory_run(seed: int, x: torch.Tensor, y: torch.Tensor) -> tuple[str, float]:
+@contextlib.contextmanager
+def a_big_heap(objects: int = 2_000_000):
+    """Millions of objects the process holds, as a long session does: a full collection walks them all."""
+    heap = [[i] for i in range(objects)]
+    try:
+        yield heap
+    finally:
+        del heap
+
+
+def collecting_at(batch: int, n: int):
+    """Batches made at once, save one whose `next()` runs a full garbage collection (and times it)."""
+    for i in range(n):
+        if i == batch:
+            began = time.perf_counter()
+            gc.collect()
+            collecting_at.seconds = time.perf_counter() - began
+        yield torch.zeros(1)
+
+
+def test_a_garbage_collection_inside_a_next_is_not_waiting_for_data():
+    with a_big_heap():
+        doctors, grids = DataWait(exclude_host_pauses=True), DataWait()
+        doctors_waits = waits_of(doctors, collecting_at(2, 5))
+        grids_waits = waits_of(grids, collecting_at(2, 5))
+    assert collecting_at.seconds > 0.02  # a full collection of the big heap: the wait it would have counted
+    assert grids_waits[2] >= collecting_at.seconds  # the grid's wall clock counts it, as its records always have
+    assert max(doctors_waits) < 0.005, doctors_waits
+    assert doctors.columns(final=True)["loop_s"] < grids.columns(final=True)["loop_s"]  # out of the loop's time too
+    assert not any(isinstance(callback, GarbageCollections) for callback in gc.callbacks)  # told of no later one
+
+
+def test_the_collections_are_no_longer_heard_once_a_loop_breaks():
+    wait = DataWait(exclude_host_pauses=True)
+    for _ in wait.timed(collecting_at(-1, 5)):
+        assert any(isinstance(callback, GarbageCollections) for callback in gc.callbacks)
+        break
+    assert not any(isinstance(callback, GarbageCollections) for callback in gc.callbacks)
+
+
+class CollectingOnce(TensorDataset):
+    """The issue's dataset, save that reading its first example runs a full garbage collection (a long session's)."""
+
+    collected = False
+
+    def __getitem__(self, index):
+        if not self.collected:
+            self.collected = True
+            gc.collect()
+        return super().__getitem__(index)
+
+
+def healthy_in_memory_run(seed: int, x: torch.Tensor, y: torch.Tensor, dataset=TensorDataset) -> tuple[str, float]:
     """The issue's run: a small MLP, a TensorDataset, DataLoader(batch_size=32, shuffle=True), 60 steps."""
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     loss_fn = nn.CrossEntropyLoss()
-    loader = DataLoader(TensorDataset(x[:2048], y[:2048]), batch_size=32, shuffle=True, num_workers=0)
+    loader = DataLoader(dataset(x[:2048], y[:2048]), batch_size=32, shuffle=True, num_workers=0)
     doctor = Doctor(model, optimizer, loss_fn, validation=[(x[2048:], y[2048:])])
     for step, (inputs, targets) in enumerate(doctor.watch(loader)):
         loss = loss_fn(model(inputs), targets)
@@ -147,3 +204,12 @@ def test_a_healthy_in_memory_dataloader_run_is_healthy_20_times_in_20_on_a_busy_
     finally:
         torch.set_num_threads(threads)
     assert [verdict for verdict, _ in runs] == ["healthy"] * 20, runs
+
+
+def test_a_healthy_run_whose_first_batch_waits_on_a_full_garbage_collection_is_healthy():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2560, 20, generator=generator)
+    y = (x @ torch.randn(20, 4, generator=generator)).argmax(dim=1)
+    with a_big_heap(4_000_000):  # a collection of about 0.2 s: CI's
+        verdict, ratio = healthy_in_memory_run(0, x, y, dataset=CollectingOnce)
+    assert verdict == "healthy" and ratio < 1.0, (verdict, ratio)

@@ -15,12 +15,17 @@ idle host:
   DataLoader without workers does) waited its thread's CPU time; one that blocked (on a worker's queue, a disk, a
   sleep) waited its wall time, as before;
 - the loop's time leaves out the time its thread was ready to run but waiting for a CPU (Linux's run-queue
-  delay, /proc/thread-self/schedstat), read when the loop starts and when it ends.
+  delay, /proc/thread-self/schedstat), read when the loop starts and when it ends;
+- the interpreter's garbage collections are counted in neither (`GarbageCollections`). A full collection walks
+  every object the process holds: in a process holding millions (a long test session, a notebook) one takes 0.1 to
+  1 s, whatever the loader does. One that fell inside the first `next()` of a healthy run under the slow tests
+  made its wait seven times its compute (CI, at 7a916f2).
 
 The grid's cells time as before (wall clock), so that their records do not change; without those counters (not
 Linux) the doctor times so too. The reads cost about 3 µs per batch.
 """
 
+import gc
 import math
 import os
 import threading
@@ -79,10 +84,42 @@ class RunQueue:
         os.close(self.fd)
 
 
+class GarbageCollections:
+    """Seconds the interpreter spent in its cyclic garbage collector while registered (`gc.callbacks`).
+
+    Wall and CPU seconds both: the CPU seconds are those of the thread that collected (every Python thread waits
+    for it to finish: it holds the GIL). Registered by `DataWait.timed` while it times, and always removed after:
+    the collector is told of each collection, and changes none.
+    """
+
+    def __init__(self):
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+        self._began: tuple[float, float] | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = (time.perf_counter(), time.thread_time())
+        elif self._began is not None:  # "stop"
+            wall, cpu = self._began
+            self.wall_s += time.perf_counter() - wall
+            self.cpu_s += time.thread_time() - cpu
+            self._began = None
+
+    def register(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def unregister(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
 class DataWait(Collector):
     """Seconds spent waiting for batches, and the loop's own seconds since it asked for the first one.
 
-    `exclude_host_pauses`: take the time the loop's thread waited for a CPU off both (see the module docstring).
+    `exclude_host_pauses`: take the time the loop's thread waited for a CPU, and the interpreter's garbage
+    collections, off both (see the module docstring).
     """
 
     COLUMNS = (
@@ -98,6 +135,7 @@ class DataWait(Collector):
         self._queue: RunQueue | None = None  # the loop's thread's run queue, once timed() runs (and can read it)
         self._queued_at_start = 0.0  # its run-queue seconds when the loop asked for its first batch
         self._queued_total = 0.0  # the loop's seconds waiting for a CPU, kept once closed
+        self._collections = GarbageCollections()  # told of each collection while timed() times (host pauses only)
 
     def timed(self, batches: Iterable) -> Iterator[tuple[object, float]]:
         """Yield (batch, seconds waited for it) for each batch of `batches`."""
@@ -105,24 +143,38 @@ class DataWait(Collector):
         if self.exclude_host_pauses and self._queue is None and self.loop_start is None:
             self._queue = RunQueue.of_this_thread()
         own = self._queue is not None and self._queue.thread == threading.get_ident()
-        while True:
-            start = time.perf_counter()
-            before = thread_usage() if own else None
-            if self.loop_start is None:
-                self.loop_start = start
-                self._queued_at_start = self._queue.seconds() if own else 0.0
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            waited = time.perf_counter() - start
-            if before is not None and waited >= PAUSE_FLOOR_S:
-                cpu, blocked = thread_usage()
-                if blocked == before[1]:
-                    # It never blocked: it was computing the batch itself, or ready to but without a CPU. Its CPU
-                    # time is the wait, wherever a pause fell (even around these reads).
-                    waited = min(waited, cpu - before[0])
-            yield batch, waited
+        collections = self._collections
+        if self.exclude_host_pauses:
+            collections.register()
+        try:
+            while True:
+                start = time.perf_counter()
+                before = thread_usage() if own else None
+                collected = (collections.wall_s, collections.cpu_s)
+                if self.loop_start is None:
+                    self.loop_start = start
+                    self._queued_at_start = self._queue.seconds() if own else 0.0
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                waited = time.perf_counter() - start
+                if self.exclude_host_pauses and waited >= PAUSE_FLOOR_S:
+                    waited = self._own_wait(waited, before, collected)
+                yield batch, waited
+        finally:  # a loop that breaks, raises or ends: the collector is told of no collection after it
+            collections.unregister()
+
+    def _own_wait(self, waited: float, before: tuple[float, int] | None, collected: tuple[float, float]) -> float:
+        """A wall-clock wait without the host's pauses and the collections that fell in it (module docstring)."""
+        collections = self._collections
+        if before is not None:
+            cpu, blocked = thread_usage()
+            if blocked == before[1]:
+                # It never blocked: it was computing the batch itself, or ready to but without a CPU. Its CPU time
+                # is the wait, wherever a pause fell (even around these reads), less its collections' CPU time.
+                return max(0.0, min(waited, cpu - before[0]) - (collections.cpu_s - collected[1]))
+        return max(0.0, waited - (collections.wall_s - collected[0]))
 
     def add(self, waited_s: float) -> None:
         """The loop waited `waited_s` seconds for its next batch; the first one also starts the loop's clock."""
@@ -131,7 +183,8 @@ class DataWait(Collector):
         self.wait_s += waited_s
 
     def columns(self, final: bool) -> dict:
-        elapsed = time.perf_counter() - self.loop_start - self._queued_s() if self.loop_start is not None else math.nan
+        paused = self._queued_s() + self._collections.cpu_s  # both 0 unless exclude_host_pauses
+        elapsed = time.perf_counter() - self.loop_start - paused if self.loop_start is not None else math.nan
         return {
             "data_wait_s": self.wait_s,
             "loop_s": elapsed,
@@ -149,6 +202,7 @@ class DataWait(Collector):
 
     def close(self) -> None:
         """The run's pauses as they stand at the end (columns() follows), and the file closed."""
+        self._collections.unregister()
         if self._queue is not None:
             self._queued_total = self._queued_s()
             self._queue.close()
