@@ -303,6 +303,7 @@ class Doctor:
         """
         if self.ranks is not None:
             self.ranks.new_pass(batches)  # a pass over the loader begins: an epoch, whose order is compared
+        self.instruments.data_wait.loader(batches)  # its workers, read before a budget wraps it: the advice reads them
         if self.max_steps is not None or self.max_seconds is not None:
             batches = self._within_budget(batches)  # without a budget, no check at all on each step
         with refusing():  # the user's loop body does not run in here: only the doctor's reading of each batch
