@@ -322,9 +322,9 @@ def diagnose(
             margin, judged = rule.margin(value, threshold), rule.judged(value, threshold)
             if OUTCOME_GATE.is_warning(rule, harmed):
                 evidence += f"; a warning, not the verdict: the run overcame it ({gate_evidence})"
-                warnings.append(Finding(rule.verdict, evidence, rule.next_step, margin, WARNING, **judged))
+                warnings.append(Finding(rule.verdict, evidence, rule.next_step_for(fields), margin, WARNING, **judged))
             else:
-                failing.append(Finding(rule.verdict, evidence, rule.next_step, margin, **judged))
+                failing.append(Finding(rule.verdict, evidence, rule.next_step_for(fields), margin, **judged))
     if failing:
         return failing + warnings
     if OUTCOME_GATE.verdict_without_failure(harmed) == UNEXPLAINED:

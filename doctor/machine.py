@@ -13,18 +13,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from analysis.checks.evidence import METRIC_NAMES
+from analysis.checks.evidence import METRIC_NAMES, loader_fixes
 from analysis.features import features
 from analysis.rules import HEALTHY, UNEXPLAINED
 from harness.targets import CLASS_TASKS
 
 if TYPE_CHECKING:
     from doctor.core import Observed
-
-LOADER_FIXES = (
-    "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4), or decode and "
-    "augment once and cache (PyTorch performance tuning guide)"
-)
 
 
 @dataclass(frozen=True)
@@ -181,7 +176,11 @@ def _no_fault_named(verdict: str) -> Check:
 
 
 def _loader_keeps_up(measured: Mapping, limit: float) -> Check:
-    """The data wait per second of compute against the rules' starved threshold, with the usual fixes if over."""
+    """The data wait per second of compute against the rules' starved threshold, with the fixes for its loader if over.
+
+    The doctor's wait leaves out the host's pauses (harness/instruments/data_wait.py), so the loop's own compute is
+    there to compare with however busy the host: "not measured" is left for a loop that never ran a step.
+    """
     share, wait = measured["data_wait_share"], features(measured)["data_wait_ratio"]
     if math.isnan(wait):
         return Check("the loader keeps up", None, "not measured (no time of the loop's own)")
@@ -190,7 +189,7 @@ def _loader_keeps_up(measured: Mapping, limit: float) -> Check:
         f"waited {wait:.2g}s for data per second of compute, {share:.0%} of the loop (the rules call {limit:.2g}"
         " starved)"
     )
-    return Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {LOADER_FIXES}")
+    return Check("the loader keeps up", fed, detail if fed else f"{detail}; try first: {loader_fixes(measured)}")
 
 
 def _accelerator_busy(data_wait_share: float, on_accelerator: bool) -> Check:

@@ -184,3 +184,10 @@ def test_a_check_without_a_fitted_threshold_is_said_not_judged_until_make_fit(tm
     with pytest.warns(UserWarning):
         row = next(line for line in rules_table(older).splitlines() if "`label_noise`" in line)
     assert row.endswith("| not fitted | not fitted | not fitted | not fitted | not fitted |")
+
+
+def test_a_check_whose_advice_is_no_evidence_value_raises_at_import():
+    with pytest.raises(
+        ValueError, match=r"unknown advice of check a_check: .loader_next_stp.; nearest: loader_next_step"
+    ):
+        Check(**{**A_CHECK, "advice": "loader_next_stp"})

@@ -15,9 +15,12 @@ import threading
 
 import pytest
 import torch
+from hand_records import PLANTED, record
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from analysis.checks.evidence import loader_fixes
 from analysis.features import features
+from analysis.rules import diagnose, load_thresholds
 from harness.instruments.data_wait import DataWait, HostQueues, RunQueue
 
 
@@ -209,6 +212,34 @@ def test_the_doctor_reads_the_loader_before_its_step_budget_wraps_it():
         doctor.after_backward(loss)
         optimizer.step()
     assert doctor.instruments.data_wait.loader_workers == 0.0
+
+
+STARVED = PLANTED["starved_loader"]
+
+
+@pytest.mark.parametrize(
+    ("workers", "says", "never"),
+    [
+        (math.nan, "num_workers > 0", "workers fall behind"),  # not a DataLoader (the grid): the check's own
+        (0.0, "num_workers=4", "workers fall behind"),
+        (2.0, "its 2 workers fall behind", "num_workers=4"),
+    ],
+)
+def test_the_advice_for_a_starved_loop_reads_the_loader_s_workers(workers, says, never):
+    starved = record(**STARVED, loader_workers=workers)
+    finding = diagnose(starved, thresholds=load_thresholds(starved["steps"]))[0]
+    assert finding.verdict == "starved_loader"
+    assert says in finding.next_step and never not in finding.next_step
+    assert ("num_workers=0 or larger batches" in loader_fixes(starved)) == (workers > 0)
+
+
+def test_the_checklist_s_loader_line_reads_the_loader_s_workers():
+    from doctor.machine import _loader_keeps_up
+
+    line = _loader_keeps_up(record(**STARVED, loader_workers=3.0), limit=0.7)
+    assert line.ok is False and "its 3 workers fall behind" in line.detail
+    line = _loader_keeps_up(record(**STARVED, loader_workers=0.0), limit=0.7)
+    assert "DataLoader(num_workers=4" in line.detail
 
 
 class Pid(Dataset):

@@ -72,12 +72,19 @@ class Rule:
     # A value the fitted threshold never passes, where the rule's own sentence ends (model_too_small: training
     # accuracy short of the references' means a value under 1; a fit above 1 would fire on runs that are not).
     bound: float | None = None
+    # An evidence value (analysis/checks/evidence.py) that words the next step from what the run measured (the
+    # loader's settings); where it is empty, or None here, the next step is `next_step`.
+    advice: str | None = None
 
     def bounded(self, threshold: float) -> float:
         """The threshold held at the rule's bound, if it has one."""
         if self.bound is None:
             return threshold
         return min(threshold, self.bound) if not self.above else max(threshold, self.bound)
+
+    def next_step_for(self, fields: Mapping) -> str:
+        """The next step for one run: the `advice` value its measurements make, else `next_step`."""
+        return (fields[self.advice] if self.advice is not None else "") or self.next_step
 
     def fires(self, value: float, threshold: float) -> bool:
         if math.isnan(value):
@@ -180,6 +187,8 @@ class Check(Rule):
         for name in self.shown():
             if name not in SHOWABLE and name not in self.supplied:
                 raise _unknown(f"value in the evidence of check {self.verdict}:", name, SHOWABLE)
+        if self.advice is not None and self.advice not in EVIDENCE_VALUES:
+            raise _unknown(f"advice of check {self.verdict}:", self.advice, EVIDENCE_VALUES)
         if self.fitted and self.feature not in FEATURES:
             raise _unknown(f"feature for check {self.verdict}:", self.feature, FEATURES)
         if not self.fitted and self.feature not in COLUMNS:

@@ -66,6 +66,36 @@ def _named(column: str) -> Callable[[Mapping], str]:
     return lambda m: m[column] if isinstance(m.get(column), str) and m[column] else "unknown"
 
 
+# What to try first for a loop that waits on its loader, by the loader's settings (docs/doctor.md, PyTorch's
+# performance tuning guide). A loader that already has workers is not told to give it workers: it is told what
+# makes workers fall behind, and that small batches of data already in memory cost more to send between processes
+# than to index on the loop's own thread.
+MAIN_PROCESS_LOADER_FIXES = (
+    "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4), or decode and "
+    "augment once and cache (PyTorch performance tuning guide)"
+)
+WORKERS_LOADER_FIXES = (
+    "its {workers:.0f} workers fall behind: make a batch cheaper to make (decode and augment once and cache), "
+    "persistent_workers=True and a larger prefetch_factor, more workers only where CPUs are idle; for data already "
+    "in memory, num_workers=0 or larger batches (each batch is sent between processes)"
+)
+
+
+def loader_fixes(m: Mapping) -> str:
+    """What to try first for a starved loop, worded from its loader's workers (a loader not known: as for none)."""
+    workers = m.get("loader_workers")
+    workers = math.nan if workers is None else float(workers)
+    return WORKERS_LOADER_FIXES.format(workers=workers) if workers > 0 else MAIN_PROCESS_LOADER_FIXES
+
+
+def loader_next_step(m: Mapping) -> str:
+    """starved_loader's next step for a loader whose settings are known; "" (the check's own) where they are not."""
+    workers = m.get("loader_workers")
+    if workers is None or math.isnan(float(workers)):
+        return ""
+    return f"feed the model faster: {loader_fixes(m)}"
+
+
 def _classes(m: Mapping) -> float:
     """C from ln C; for regression ln_classes holds the targets' variance, and exp may overflow: NaN then."""
     try:
@@ -119,6 +149,7 @@ EVIDENCE_VALUES: dict[str, Callable[[Mapping], object]] = {
     "data_line": data_line,
     "altered_loss_line": altered_loss_line,
     "copies_against_rest": copies_against_rest,
+    "loader_next_step": loader_next_step,
 }
 
 

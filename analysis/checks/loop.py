@@ -12,6 +12,7 @@ STARVED_LOADER = Check(
     above=True,
     evidence="the loop waited {value:.2g}s for data per second of its own compute (threshold {threshold:.2g})",
     next_step="feed the model faster: DataLoader num_workers > 0, pin_memory=True, prefetching, or cache decoded data",
+    advice="loader_next_step",  # the doctor knows the loader's workers: one that has some is told other fixes
     order=10,
     parts=("batches",),
     harm=Harm("time", slower=1.5),
