@@ -23,7 +23,7 @@ endif
 SWEEP_ARGS := +sweep=$(SWEEP) run.records=$(RUNS) $(if $(JOBS),hydra.sweeper.n_jobs=$(JOBS)) $(if $(FORCE),run.force=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs working docs test test-slow test-all lint format bench bench-doctor bench-engines bench-import clean-runs
+.PHONY: help setup sweep smoke zoo early pairs families gpu-study fit report doctor realbugs working docs test test-slow test-all lint format bench bench-doctor bench-engines bench-import bench-loader clean-runs
 
 help: ## list the targets and their variables
 	@echo "usage: make <target> [VARIABLE=value ...]"
@@ -113,6 +113,9 @@ bench-doctor: setup ## the doctor's overhead on a user's loop (an MLP, a transfo
 
 bench-import: setup ## how long `import doctor` takes against `import torch`, and what it loads (about half a minute)
 	$(BIN)/python bench/import_time.py
+
+bench-loader: setup ## the loader verdict beside a CPU burner on every core: the starved and the in-memory example, 10 runs each (about 20 minutes)
+	$(BIN)/python bench/loader_under_load.py
 
 clean-runs: ## delete every records folder under runs/ (and Hydra's logs there)
 	find runs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +
