@@ -101,7 +101,7 @@ from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
 from harness.instruments.budget import SHARE, Cost, CostBudget
 from harness.instruments.loop import Collector
-from harness.instruments.memorization import CAPACITY_STEPS
+from harness.instruments.memorization import CAPACITY_STEPS, MEMORIZE_STEPS
 from harness.instruments.nonfinite import Origin
 from harness.instruments.padding import PaddingWatch
 from harness.instruments.probe import FirstLayer, first_layer_input
@@ -211,7 +211,7 @@ class Doctor:
         model_factory: Callable[[], nn.Module] | None = None,
         census_every: int = 50,
         keep_batches: int = 8,
-        memorize_steps: int = 300,
+        memorize_steps: int = MEMORIZE_STEPS,
         capacity_examples: int = CAPACITY_EXAMPLES,
         capacity_steps: int = CAPACITY_STEPS,
         scaler: "torch.amp.GradScaler | None" = None,
@@ -1139,12 +1139,15 @@ def probe(
     max_steps: int | None = None,
     max_seconds: float | None = None,
     budget: "float | CostBudget | None" = SHARE,
+    memorize_steps: int = MEMORIZE_STEPS,
+    capacity_steps: int = CAPACITY_STEPS,
 ) -> "Report":
     """Run a short standard training loop on the recipe's pieces under the doctor and return its report.
 
     `inputs`, `targets` and `output` say where batches keep their inputs and targets and which output the loss
     reads, as for `Doctor` (harness/batches.py), where the doctor cannot tell by itself; `max_steps` and
-    `max_seconds` cut the loop short, and `budget` is the doctor's cost budget, as for `Doctor`. Ctrl-C
+    `max_seconds` cut the loop short, and `budget`, `memorize_steps` and `capacity_steps` are the doctor's cost
+    budget and the lengths of its fits of fresh models, as for `Doctor`. Ctrl-C
     (KeyboardInterrupt) during the loop ends it with the report of the steps so far; before the first step, or
     during the end-of-run measurements, it raises `Interrupted`.
     """
@@ -1166,6 +1169,8 @@ def probe(
         max_steps=max_steps,
         max_seconds=max_seconds,
         budget=budget,
+        memorize_steps=memorize_steps,
+        capacity_steps=capacity_steps,
     )
     layout = doctor.layout
     model.train()

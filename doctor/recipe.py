@@ -25,6 +25,9 @@ status 3).
 
 A step or time budget (`run(..., max_steps=N, max_seconds=S)`, the command line's --max-steps and --max-seconds)
 cuts the probe loop or train()'s loop short wherever it iterates the doctor (doctor.watch), and the report says so.
+`run(..., fit_steps=N)` cuts the doctor's own fits of fresh models after the run (memorization and the capacity
+fit, each rate) to at most N steps: the benchmarks' tests run every program so, to check that it runs, not what
+the fits find.
 Ctrl-C during the probe loop or train() ends it with the report of the steps so far, saying it was interrupted;
 before the first training step it raises `Interrupted` (doctor/core.py).
 
@@ -43,6 +46,7 @@ from types import ModuleType
 
 from analysis import checks
 from doctor.core import CannotJudge, Doctor, Report, check_budgets, checked_limit, final_report, probe, stopped_by_user
+from harness.instruments.memorization import CAPACITY_STEPS, MEMORIZE_STEPS
 
 REQUIRED = ("model", "batches", "loss", "optimizer")
 
@@ -130,12 +134,14 @@ def run(
     steps: int | None = None,
     max_steps: int | None = None,
     max_seconds: float | None = None,
+    fit_steps: int | None = None,
 ) -> Report:
     """The recipe's own loop under the doctor if it has `train`, else the doctor's probe loop.
 
     `steps` is the probe loop's length (default: the recipe's STEPS, or 300); `max_steps` and `max_seconds` are
-    the step and time budgets of whichever loop runs. The report points at the recipe's lines each finding is
-    about (`Report.places`).
+    the step and time budgets of whichever loop runs; `fit_steps` caps each of the doctor's fits of fresh models
+    (None: the doctor's own lengths). The report points at the recipe's lines each finding is about
+    (`Report.places`).
     """
     if steps is not None and hasattr(recipe, "train") and not force_probe:
         raise RecipeError(
@@ -143,13 +149,21 @@ def run(
             " runs its own train(): cut its loop with max_steps (--max-steps N), or run the probe (--probe --steps N)"
         )
     checked = check_budgets(max_steps, max_seconds)
-    budgets = {"max_steps": checked[0], "max_seconds": checked[1]}
+    budgets = {"max_steps": checked[0], "max_seconds": checked[1], **_fits_cut_to(fit_steps)}
     report = _run(recipe, force_probe, _probe_steps(recipe, steps), budgets)
     path = getattr(recipe, "__file__", None)
     if path:
         found = places(report, path, own_loop=hasattr(recipe, "train") and not force_probe)
         report = dataclasses.replace(report, places=found)
     return report
+
+
+def _fits_cut_to(fit_steps: int | None) -> dict:
+    """The Doctor's keywords that cap its fits of fresh models at `fit_steps` each (none where None)."""
+    if fit_steps is None:
+        return {}
+    checked_limit(fit_steps, "fit_steps", whole=True)
+    return {"memorize_steps": min(MEMORIZE_STEPS, fit_steps), "capacity_steps": min(CAPACITY_STEPS, fit_steps)}
 
 
 def _probe_steps(recipe: ModuleType, steps: int | None) -> int:

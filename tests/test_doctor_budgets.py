@@ -291,3 +291,32 @@ def test_sigint_to_a_running_doctor_ends_with_the_report_of_the_steps_so_far(tmp
     assert match and match[2] == match[3] and int(match[2]) >= 49, out + err
     assert process.returncode == (0 if match[1] == "healthy" else 1), out + err
     assert "Traceback" not in err, err
+
+
+# ----- the doctor's own fits cut short (the benchmarks' tests: BENCHMARK_FIT_STEPS_CAP) --------------------------
+@pytest.mark.parametrize("extra", ["", OWN_LOOP], ids=["the probe loop", "train()"])
+def test_fit_steps_cuts_each_fit_of_a_fresh_model_in_the_loop_that_runs(tmp_path, monkeypatch, extra):
+    from doctor.recipe import load, run
+    from harness import after_training
+
+    steps = {}
+    for fit in ("memorize", "fit_capacity"):
+        real = getattr(after_training, fit)
+
+        def recorded(*args, _fit=fit, _real=real, **kwargs):
+            steps[_fit] = kwargs["steps"]
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(after_training, fit, recorded)
+    recipe = load(write(tmp_path, "fits", extra))
+    run(recipe, max_steps=12, fit_steps=4)
+    assert steps == {"memorize": 4, "fit_capacity": 4}
+    run(recipe, max_steps=12)  # the doctor's own lengths otherwise
+    assert steps["memorize"] == 300 and steps["fit_capacity"] > 4
+
+
+def test_fit_steps_that_are_not_a_whole_number_above_0_are_refused_naming_it(tmp_path):
+    from doctor.recipe import load, run
+
+    with pytest.raises(ValueError, match="fit_steps"):
+        run(load(write(tmp_path, "fits")), fit_steps=0)

@@ -39,8 +39,11 @@ class Host:
         return self.now
 
     def usage(self) -> tuple[float, int]:
-        """The loop's thread's CPU seconds and count of blocks: its loaders sleep or wait on workers, each read one
-        block more (a `next()` that computes on the loop's thread: tests/test_data_wait.py, on the real host)."""
+        """The loop's thread's CPU seconds and count of blocks: one block more at each read.
+
+        The scripted loaders sleep or wait on workers in every `next()` (one that computes on the loop's thread is
+        tests/test_data_wait.py's, on the real host).
+        """
         self.blocks += 1
         return 0.0, self.blocks
 

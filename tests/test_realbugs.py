@@ -19,6 +19,7 @@ from benchmarks.realbugs.__main__ import (
     subjects,
     summarize,
 )
+from benchmarks.runner import FIT_STEPS_CAP_VARIABLE
 
 SUBJECTS = [row["subject"] for row in subjects()]
 PORTED = [s for s in SUBJECTS if not_ported(s) is None]
@@ -60,6 +61,7 @@ def _recipes(subjects: list[str]):
 
 def _short_run(monkeypatch, subject, variant):
     monkeypatch.setattr(kerasport, "EPOCH_CAP", 2)
+    monkeypatch.setenv(FIT_STEPS_CAP_VARIABLE, "10")  # the doctor's own fits of fresh models, as short
     result = run_one(subject, variant, seed=0)
     assert result["error"] is None, result["error"]  # the doctor judged it: no refusal, no crash
     # The failing findings, the verdict first; a healthy verdict has none (its warnings are listed apart).

@@ -24,6 +24,7 @@ from benchmarks.realbugs.__main__ import (
     traincheck_markdown,
     traincheck_subjects,
 )
+from benchmarks.runner import FIT_STEPS_CAP_VARIABLE
 from benchmarks.working.common import EPOCH_CAP_VARIABLE
 
 # Every silent error of TrainCheck's evaluation (silent-issue-detection/README.md), each with a reproduction.
@@ -168,6 +169,7 @@ def test_the_deepfd_cache_keys_are_unchanged_and_traincheck_keys_are_apart(tmp_p
 @pytest.mark.parametrize(("subject", "variant"), [(s, v) for s in PORTED for v in ("buggy", "fixed")])
 def test_every_recipe_runs_under_the_doctor_on_a_short_budget(monkeypatch, subject, variant):
     monkeypatch.setenv(EPOCH_CAP_VARIABLE, "2")
+    monkeypatch.setenv(FIT_STEPS_CAP_VARIABLE, "10")  # the doctor's own fits of fresh models, as short
     result = run_one(subject, variant, seed=0, root=TRAINCHECK)
     assert result["error"] is None, result["error"]  # the doctor judged it: no refusal, no crash
     assert result["findings"][:1] == ([] if result["verdict"] == "healthy" else [result["verdict"]])

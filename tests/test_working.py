@@ -1,13 +1,15 @@
 """The working programs (`make working`): each names its source, runs under the doctor, and the runner scores them.
 
 `make working` is the benchmark (3 seeds, each program's own length); these tests run two programs on a short
-budget (WORKING_EPOCH_CAP=2) in the fast suite and every program under `-m slow`.
+budget (WORKING_EPOCH_CAP=2, and the doctor's own fits
+cut to 10 steps: BENCHMARK_FIT_STEPS_CAP) in the fast suite and every program under `-m slow`.
 """
 
 import json
 
 import pytest
 
+from benchmarks.runner import FIT_STEPS_CAP_VARIABLE
 from benchmarks.working.__main__ import HERE, main, programs, source_of, summarize
 from benchmarks.working.common import EPOCH_CAP_VARIABLE, stdlib_bytes
 
@@ -60,6 +62,7 @@ def test_an_unknown_program_is_a_one_line_error_naming_the_choices(capsys):
 
 def _short_run(monkeypatch, tmp_path, name):
     monkeypatch.setenv(EPOCH_CAP_VARIABLE, "2")
+    monkeypatch.setenv(FIT_STEPS_CAP_VARIABLE, "10")  # the doctor's fits too: the CNN's capacity fit took 400 s
     assert main(["--programs", name, "--seeds", "1", "--jobs", "1", "--out", str(tmp_path)]) == 0
     line = (tmp_path / "working.lines").read_text().strip()
     assert line.startswith("working called-healthy ") and line.endswith("/1")
