@@ -46,8 +46,8 @@ SCHEMA_VERSION = 22  # 2: update ratio curve and peak; 3: the device study's tim
 # inputs (loss_read, loss_shapes, logit_floor_share, nll_input_positive_share, likelihood_loss_min,
 # loss_broadcast_factor); 21: too good to be true: a label read from one column or from validation copies of
 # training examples (harness/leak.py), and the model's loss and computations with its inputs zeroed or shuffled
-# (altered_input_loss_ratio, altered_input_effect); 22: the DataLoader's workers
-# (loader_workers), read by the doctor's advice for a starved loop
+# (altered_input_loss_ratio, altered_input_effect); 22: the DataLoader's workers (loader_workers), read by the
+# doctor's advice for a starved loop
 
 _ARROW = {F64: pa.float64(), I64: pa.int64(), I32: pa.int32(), STR: pa.string(), BOOL: pa.bool_()}
 _ARROW[TIMESTAMP] = pa.timestamp("us", tz="UTC")
