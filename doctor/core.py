@@ -192,6 +192,24 @@ def refusing():
         raise UnsupportedTask(str(error)) from None
 
 
+class OwnReading:
+    """The user's validation batches, as the doctor reads them: without drawing on the run's random stream.
+
+    Each iteration of a DataLoader draws a seed from torch's default CPU generator (`iter()`, shuffled or not), so
+    every evaluation of the doctor's (before the first step, at the end, the references' examples) moved the
+    training that followed: a seeded loop with a validation DataLoader gave other losses with the doctor than
+    without it. The CPU generator's state is put back when an iteration ends, however it ends (a `break` closes the
+    generator). The doctor's evaluations run in eval mode, where a model draws nothing on its device.
+    """
+
+    def __init__(self, batches: Iterable):
+        self.batches = batches
+
+    def __iter__(self) -> Iterator:
+        with torch.random.fork_rng(devices=[]):
+            yield from self.batches
+
+
 class Doctor:
     """Watches one training loop. See the module docstring for the three lines."""
 
@@ -236,7 +254,9 @@ class Doctor:
         if not (isinstance(capacity_steps, int) and capacity_steps >= 0):
             raise ValueError(f"capacity_steps must be an int >= 0 (0: no capacity fit), not {capacity_steps!r}")
         self.capacity_steps = capacity_steps
-        self.validation, self.model_factory = validation, model_factory
+        # Read through OwnReading: iterating a DataLoader draws its seed from the run's random stream.
+        self.validation = OwnReading(validation) if validation is not None else None
+        self.model_factory = model_factory
         # With mixed precision the loop's GradScaler: .grad holds gradients times its scale until unscale_.
         self.instruments = Instruments(
             model,
@@ -537,15 +557,19 @@ class Doctor:
         probes = Probes(
             memorize_steps=self.memorize_steps, capacity_steps=self.capacity_steps, forward=self.layout.forward
         )
-        after = end_of_run(
-            self.model_factory,
-            self.task_loss,
-            probes,
-            self._memorize_on(not_rows),
-            self._capacity_on(not_rows),
-            self.instruments.kept_examples(),
-            self._held_out(),
-        )
+        # The fresh models' fits train in training mode (dropout draws from the random streams): the run's streams are
+        # put back after them, so that the user's code after report() draws what it would have without the doctor.
+        device = self._device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            after = end_of_run(
+                self.model_factory,
+                self.task_loss,
+                probes,
+                self._memorize_on(not_rows),
+                self._capacity_on(not_rows),
+                self.instruments.kept_examples(),
+                self._held_out(),
+            )
         scores = {
             "final_train_loss": train_loss,
             "final_train_acc": train_acc,
