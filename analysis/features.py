@@ -54,14 +54,24 @@ def _loss_under_compressor(m: Mapping) -> float:
     return _div(min(losses), _get(m, "lm_compressor_val_loss")) if losses else math.nan
 
 
-def _loss_over_bigram(m: Mapping) -> float:
-    """The final validation loss (else training) over the bigram reference's on the same text; NaN without one."""
-    bigram = _get(m, "lm_bigram_val_loss")
+def _loss_over_counts(m: Mapping) -> float:
+    """The final validation loss (else training) over the token counts' on the same text; NaN without them.
+
+    The counts' loss is the better (lower) of the unigram's and the bigram's: on a large vocabulary and a little
+    text, add-one smoothing over every pair costs the bigram more than its context gains (harness/text.py).
+    """
+    counts = np.fmin(_get(m, "lm_bigram_val_loss"), _get(m, "lm_unigram_val_loss"))
     loss = _get(m, "final_val_loss")
     loss = _get(m, "final_train_loss") if math.isnan(loss) else loss
-    if math.isnan(bigram) or math.isnan(loss) or bigram <= 0:
+    if math.isnan(counts) or math.isnan(loss) or counts <= 0:
         return math.nan
-    return loss / bigram  # an infinite loss (diverged) is infinitely worse
+    return loss / counts  # an infinite loss (diverged) is infinitely worse
+
+
+def _counts_noise(m: Mapping) -> float:
+    """The token counts' validation loss's standard error over that loss: the sampling error of loss_over_counts."""
+    counts = np.fmin(_get(m, "lm_bigram_val_loss"), _get(m, "lm_unigram_val_loss"))
+    return _div(_get(m, "lm_counts_val_se"), counts)
 
 
 def _skill(accuracy: float, baseline: float) -> float:
@@ -131,20 +141,48 @@ def _skill_shortfall(m: Mapping) -> float:
     return (reference - _own_skill(m)) / reference
 
 
-def _shortfall_z(m: Mapping) -> float:
-    """How many standard errors the run's accuracy lies below the references' on the same validation examples.
+def _below_z(m: Mapping, yardstick: float, n: float) -> float:
+    """How many standard errors the run's accuracy lies below a yardstick's accuracy on `n` examples.
 
-    Both accuracies rest on the references' validation examples (the run's own training accuracy where it has no
-    validation); the spread is that of two binomial proportions on that many examples. On a small problem a gap
-    of a few points is within sampling error. NaN where either accuracy or the count is missing.
+    The run's accuracy is its validation accuracy (its training accuracy where it has no validation); the spread
+    is that of two binomial proportions on the yardstick's examples. NaN where either accuracy or the count is
+    missing.
     """
-    reference, n = _get(m, "reference_val_acc"), _get(m, "reference_val_examples")
     own = _get(m, "final_val_acc")
     own = own if not math.isnan(own) else _get(m, "final_train_acc")
-    if math.isnan(reference) or math.isnan(own) or not n > 0:
+    if math.isnan(yardstick) or math.isnan(own) or not n > 0:
         return math.nan
-    spread = (max(reference * (1 - reference), 1e-4) + max(own * (1 - own), 1e-4)) / n
-    return (reference - own) / math.sqrt(spread)
+    spread = (max(yardstick * (1 - yardstick), 1e-4) + max(own * (1 - own), 1e-4)) / n
+    return (yardstick - own) / math.sqrt(spread)
+
+
+def _shortfall_z(m: Mapping) -> float:
+    """How many standard errors the run's accuracy lies below the references' on the same validation examples."""
+    return _below_z(m, _get(m, "reference_val_acc"), _get(m, "reference_val_examples"))
+
+
+# The tasks a clean copy's validation score is no yardstick on: the gate reads skill above the class prior with a
+# binomial sampling error, one class per example; R², per-label and per-position scores have neither.
+NO_COPY_YARDSTICK = ("regression", "multilabel", "sequence")
+
+
+def _copy_skill(m: Mapping) -> float:
+    """A clean copy of the run's model scored on validation: its skill above the class prior (NaN: no copy)."""
+    if m.get("task") in NO_COPY_YARDSTICK or not _get(m, "capacity_val_examples") > 0:
+        return math.nan
+    return _skill(_get(m, "capacity_val_score"), prior_baseline(m))
+
+
+def _copy_gap(m: Mapping) -> float:
+    """How much skill the run falls short of a clean copy of its own model by (negative: it beats the copy)."""
+    return _copy_skill(m) - _own_skill(m)
+
+
+def _copy_z(m: Mapping) -> float:
+    """How many standard errors the run's accuracy lies below the clean copy's, on the copy's validation examples."""
+    if math.isnan(_copy_skill(m)):
+        return math.nan
+    return _below_z(m, _get(m, "capacity_val_score"), _get(m, "capacity_val_examples"))
 
 
 def _loss_left(m: Mapping) -> float:
@@ -562,13 +600,21 @@ FEATURES_LIST = [
         reads=("final_train_loss", "final_val_loss", "lm_compressor_val_loss"),
     ),
     Feature(
-        "loss_over_bigram",
-        "the final validation loss (else training) over the bigram reference's on the same text (the outcome gate's"
-        " measurement on next-token tasks)",
-        "counts of which byte follows which on the training text: what a table of pairs reaches, any text",
+        "loss_over_counts",
+        "the final validation loss (else training) over the better of the unigram and bigram counts' on the same"
+        " text (the outcome gate's measurement on next-token tasks)",
+        "counts of each token and of which token follows which on the training text: what a table reaches, any text",
         True,
-        _loss_over_bigram,
-        reads=("final_val_loss", "final_train_loss", "lm_bigram_val_loss"),
+        _loss_over_counts,
+        reads=("final_val_loss", "final_train_loss", "lm_bigram_val_loss", "lm_unigram_val_loss"),
+    ),
+    Feature(
+        "counts_noise",
+        "the token counts' validation loss's standard error over that loss (the sampling error of loss_over_counts)",
+        "the counts' own validation loss",
+        True,
+        _counts_noise,
+        reads=("lm_bigram_val_loss", "lm_counts_val_se", "lm_unigram_val_loss"),
     ),
     Feature(
         "first_loss_ratio",
@@ -708,6 +754,47 @@ FEATURES_LIST = [
         False,
         _shortfall_z,
         reads=("final_train_acc", "final_val_acc", "reference_val_acc", "reference_val_examples"),
+    ),
+    Feature(
+        "copy_skill",
+        "a clean copy of the run's model (the capacity fit's fresh copy: Adam, full batch, up to 1024 training"
+        " examples) scored on validation: accuracy above the baseline, as a share of the room above it",
+        "the class prior",
+        False,
+        _copy_skill,
+        reads=("baseline_val_acc", "capacity_val_examples", "capacity_val_score", "majority_share", "task"),
+    ),
+    Feature(
+        "copy_gap",
+        "the clean copy's validation skill less the run's own (the outcome gate's second measurement)",
+        "the same model on the same data in a clean loop: what this model reaches here, whatever the references can",
+        False,
+        _copy_gap,
+        reads=(
+            "baseline_val_acc",
+            "capacity_val_examples",
+            "capacity_val_score",
+            "final_train_acc",
+            "final_val_acc",
+            "majority_share",
+            "task",
+        ),
+    ),
+    Feature(
+        "copy_z",
+        "how many standard errors the run's accuracy lies below the clean copy's on the copy's validation examples",
+        "the sampling error of both accuracies on that many examples",
+        False,
+        _copy_z,
+        reads=(
+            "baseline_val_acc",
+            "capacity_val_examples",
+            "capacity_val_score",
+            "final_train_acc",
+            "final_val_acc",
+            "majority_share",
+            "task",
+        ),
     ),
     Feature(
         "loss_left",

@@ -144,6 +144,7 @@ def fit_thresholds(
     table: pd.DataFrame | None = None,
     fixed: dict[str, float] | None = None,
     gate: float | None = None,
+    copy_tolerance: float | None = None,
 ) -> Fit:
     """Thresholds for `rules`, fitted on these records (ok records, one budget) in rule order.
 
@@ -151,8 +152,9 @@ def fit_thresholds(
     records' budget), and the fit says why (`Fit.kept`). A rule with no threshold to keep is an error
     (NothingToFit). `fixed` thresholds are taken as given (they still claim the records they fire on).
     `gate` is the outcome gate's threshold (None: the fallback's); a rule that needs harm is fitted, and claims
-    records, only where the gate is open (elsewhere its firing is a warning, never the verdict). The result
-    holds the gate's threshold too.
+    records, only where the gate is open (elsewhere its firing is a warning, never the verdict).
+    `copy_tolerance` is the gate's tolerance below a clean copy of the model (None: the fallback's). The result
+    holds the gate's two thresholds too.
     """
     fixed = fixed or {}
     keep = records.status == "ok"
@@ -162,9 +164,12 @@ def fit_thresholds(
         steps = records.steps.max() if len(records) else math.nan
         fallback = committed_thresholds(int(steps) if pd.notna(steps) else None)
     gate = fallback.get(OUTCOME_GATE.name) if gate is None else gate
-    harmed = gate_open(table, gate)
+    copy_tolerance = fallback.get(OUTCOME_GATE.copy_name) if copy_tolerance is None else copy_tolerance
+    harmed = gate_open(table, gate, copy_tolerance)
     unclaimed = pd.Series(True, index=records.index)
     thresholds = {} if gate is None else {OUTCOME_GATE.name: gate}
+    if gate is not None and copy_tolerance is not None:
+        thresholds[OUTCOME_GATE.copy_name] = copy_tolerance
     kept: dict[str, str] = {}
     for rule in rules:
         judged = unclaimed & harmed if rule.needs_harm else unclaimed
@@ -219,6 +224,28 @@ def fit_gate(cut: pd.DataFrame, table: pd.DataFrame, harm: pd.DataFrame) -> floa
     return fit_stump(table.loc[known, OUTCOME_GATE.feature], labels[known].astype(bool), above=True, log=False)
 
 
+# Fewer healthy runs with a clean copy than this place no tolerance at the gate's quantile (0.99: one in a hundred).
+COPY_TOLERANCE_MIN_RUNS = 100
+
+
+def fit_copy_tolerance(cut: pd.DataFrame, table: pd.DataFrame, harm: pd.DataFrame) -> float | None:
+    """The outcome gate's tolerance below a clean copy of the model at one budget; None where too few runs place it.
+
+    How far the healthy runs of these records fall short of their own clean copies (`copy_gap`), at the gate's
+    quantile (OutcomeGate.copy_quantile): healthy recipes, with their own optimizers, batches and schedules, do not
+    all reach what the same model reaches in a full-batch Adam fit, and the gate is to leave them alone. Healthy
+    runs cut while their own continuation still did measurably better are left out, as for the gate's threshold.
+    """
+    if OUTCOME_GATE.copy_quantile is None:  # the copy opens nothing (OutcomeGate.copy_quantile says why)
+        return None
+    labels = gate_labels(cut, harm)
+    healthy = harm.healthy.reindex(cut.index, fill_value=False) & labels.notna()
+    gaps = table.loc[healthy, "copy_gap"].dropna()
+    if len(gaps) < COPY_TOLERANCE_MIN_RUNS:
+        return None
+    return float(gaps.quantile(OUTCOME_GATE.copy_quantile))
+
+
 def fit_budgets(
     records: pd.DataFrame, fallback: dict[int, dict[str, float]] | None = None, harm: pd.DataFrame | None = None
 ) -> BudgetFits:
@@ -236,6 +263,7 @@ def fit_budgets(
     cuts = {b: label_stopped_early(at_budget(records, b), records) for b in budgets}
     tables = {b: feature_table(cut) for b, cut in cuts.items()}
     gates = {b: fit_gate(cuts[b], tables[b], harm) for b in budgets}
+    copy_tolerances = {b: fit_copy_tolerance(cuts[b], tables[b], harm) for b in budgets}
     result: dict[int, dict[str, float]] = {}
     unfitted: dict[int, dict[str, str]] = {}  # budget -> verdict -> why it could not be fitted there
     sources: dict[int, dict[str, str]] = {}  # budget -> verdict -> the threshold it kept instead
@@ -245,7 +273,9 @@ def fit_budgets(
         longest = result[max(result)] if result else None
         given = (fallback or {}).get(budget)
         gate = gates[budget]
-        fit = fit_thresholds(cut, fallback=given or longest, table=table, gate=gate)
+        fit = fit_thresholds(
+            cut, fallback=given or longest, table=table, gate=gate, copy_tolerance=copy_tolerances[budget]
+        )
         result[budget] = fit.thresholds
         reasons = {} if gate is not None else {OUTCOME_GATE.name: "no record here is read on its outcome"}
         reasons.update(fit.kept)

@@ -57,35 +57,79 @@ class OutcomeGate:
     training) falls short of the references' by more than the fitted share of theirs (`skill_shortfall`, stored
     in the thresholds file under `name`) and its accuracy lies more than `beyond_noise` standard errors below
     theirs (`shortfall_z`: the tolerance of the harm test in analysis/harm.py; a few points on a small validation
-    set are sampling error, not harm). On next-token prediction where the text's counts are known (the grid's
-    language models: harness/text.py), open when the validation loss is no lower than the bigram model's
-    (`loss_over_bigram` at 1 or more), also a fact: a trained language model that predicts no better than
-    counting which byte follows which has learned nothing a table could not. Where no reference exists
-    (regression, multi-label, a user's sequence task), open when the training loss
-    ended at `loss_stalled` or more of its first value, or the validation skill (R², per-label accuracy above
-    the baseline) is at or under 0: a fact, not a fit.
+    set are sampling error, not harm). The references know nothing of the model, and a broken run of a strong
+    model can still beat them; so where a clean copy of the run's own model was scored on validation (the
+    capacity fit's copy: harness/instruments/memorization.py; none without a model factory), the gate also opens
+    when the run's skill falls short of the copy's by more than the copy's tolerance (`copy_gap`, stored under
+    `copy_name`: how far healthy runs of the fitting data fall short of their own copies, at the quantile
+    `copy_quantile`; healthy recipes, with their own optimizers and batches, do not all reach a full-batch Adam
+    fit) and more than `beyond_noise` standard errors (`copy_z`). That route is built and tested but left off:
+    `copy_quantile` is None, so `make fit` writes no tolerance and the thresholds file gives the copy none (the
+    figures that decided it are at `copy_quantile`). On next-token prediction where the text's token
+    counts are known (the grid's language models: harness/text.py; a user's next-token run with validation: the
+    doctor counts its tokens), open when the
+    validation loss lies above the better of the unigram and bigram counts' by more than `beyond_noise` standard
+    errors of theirs (`loss_over_counts` at 1 + 2 `counts_noise` or more), also a fact: a trained language model
+    that predicts worse than counting which token follows which has learned nothing a table could not. Where no
+    yardstick exists (regression, multi-label, a sequence task without validation or that is not next-token
+    prediction), open when the training loss ended at `loss_stalled` or more of its first value, or the validation
+    skill (R², per-label accuracy above the baseline) is at or under 0: a fact, not a fit.
     """
 
     name: str = "outcome_gate"
     feature: str = "skill_shortfall"
     loss_stalled: float = 0.9  # the loss fell by less than a tenth over the whole run: it did not learn
     beyond_noise: float = 2.0  # standard errors: what the harm test counts as a measurable difference
-    bigram: float = 1.0  # the validation loss over the bigram reference's: no better than counting byte pairs
+    counts: float = 1.0  # the validation loss over the token counts': no better than counting which token follows which
+    copy_name: str = "outcome_gate_copy"  # the copy's tolerance, in the thresholds file
+    # The copy's tolerance: this quantile of healthy runs' copy_gap on the fitting data; None: the copy opens nothing
+    # (`make fit` writes no tolerance). Left off: on the zoo, leave one problem out at 600 steps, the copy at the
+    # 0.99 quantile raised false alarms from 5 to 10 of 619 healthy runs and named 454 planted faults of 507 against
+    # 452 (0.998: 8 and 451). The doctor says the copy's reading on its report instead (Report.clean_copy_line).
+    copy_quantile: float | None = None
     # the features it needs
-    reads: tuple[str, ...] = ("skill_shortfall", "shortfall_z", "loss_over_bigram", "loss_left", "own_skill")
+    reads: tuple[str, ...] = (
+        "skill_shortfall",
+        "shortfall_z",
+        "loss_over_counts",
+        "loss_left",
+        "own_skill",
+        "reference_skill",
+        "copy_skill",
+        "copy_gap",
+        "copy_z",
+        "counts_noise",
+    )
 
-    def is_open(self, values: Mapping, threshold: float | None) -> bool | None:
-        """True (harm shown), False (no harm), or None when this gate has no threshold (the naive rules)."""
+    def is_open(self, values: Mapping, threshold: float | None, copy_tolerance: float | None = None) -> bool | None:
+        """True (harm shown), False (no harm), or None when this gate has no threshold (the naive rules).
+
+        `copy_tolerance`: the clean copy's (None or NaN: the copy is not read).
+        """
         if threshold is None or math.isnan(threshold):
             return None
-        shortfall = values[self.feature]
-        if not math.isnan(shortfall):
-            return shortfall > threshold and not values["shortfall_z"] <= self.beyond_noise
-        over_bigram = values["loss_over_bigram"]
-        if not math.isnan(over_bigram):
-            return bool(over_bigram >= self.bigram)
+        by_references, by_copy = self._by_references(values, threshold), self._by_copy(values, copy_tolerance)
+        if by_references is not None or by_copy is not None:
+            return bool(by_references or by_copy)
+        over_counts = values["loss_over_counts"]
+        if not math.isnan(over_counts):
+            return bool(over_counts >= self.counts + self.beyond_noise * np.nan_to_num(values["counts_noise"]))
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
+
+    def _by_references(self, values: Mapping, threshold: float) -> bool | None:
+        """Whether the run fell measurably short of the quick references (None: there are none)."""
+        shortfall = values[self.feature]
+        if math.isnan(shortfall):
+            return None
+        return shortfall > threshold and not values["shortfall_z"] <= self.beyond_noise
+
+    def _by_copy(self, values: Mapping, tolerance: float | None) -> bool | None:
+        """Whether the run fell measurably short of a clean copy of its model (None: no copy, or no tolerance)."""
+        gap = values["copy_gap"]
+        if tolerance is None or math.isnan(tolerance) or math.isnan(gap):
+            return None
+        return gap > tolerance and not values["copy_z"] <= self.beyond_noise
 
     def is_warning(self, rule: "Rule", harmed: bool | None) -> bool:
         """Whether a rule that fired gives a warning rather than a failing finding on a run the gate judged so."""
@@ -96,28 +140,45 @@ class OutcomeGate:
         """The verdict when no finding fails: unexplained where the gate shows harm, else healthy."""
         return UNEXPLAINED if harmed else HEALTHY
 
-    def evidence(self, values: Mapping, fields: Mapping, threshold: float) -> str:
+    def evidence(self, values: Mapping, fields: Mapping, threshold: float, copy_tolerance: float | None = None) -> str:
         """What the outcome was, in the task's own metric: the sentence under a failing verdict or a warning."""
-        shortfall = values[self.feature]
         metric = fields["metric_name"]
+        own, scale = values["own_skill"], "0 = the baseline, 1 = perfect"
+        if self._by_copy(values, copy_tolerance):  # the copy opened it: the references may have been beaten
+            return (
+                f"the run's {metric} skill {own:.2f} fell {values['copy_gap']:.2f} short of a clean copy of this"
+                f" model's {values['copy_skill']:.2f} (the same model fitted in a clean loop; {scale}),"
+                f" {values['copy_z']:.1f} standard errors below it (the gate opens past {copy_tolerance:.2f}, as far"
+                f" as healthy runs fall short of their own copies, and {self.beyond_noise:.0f} standard errors)"
+            )
+        shortfall = values[self.feature]
         if not math.isnan(shortfall):
-            own, reference = values["own_skill"], values["reference_skill"]
-            scale = "0 = the baseline, 1 = perfect"
+            reference = values["reference_skill"]
             if shortfall <= 0:
-                return (
+                said = (
                     f"the run's {metric} skill {own:.2f} reached the quick references' {reference:.2f} ({scale}; the"
                     f" gate opens when it falls more than {threshold:.0%} of theirs short)"
                 )
+            else:
+                said = (
+                    f"the run's {metric} skill {own:.2f} fell {shortfall:.0%} short of the quick references'"
+                    f" {reference:.2f} ({scale}), {values['shortfall_z']:.1f} standard errors below them (the gate"
+                    f" opens past {threshold:.0%} and {self.beyond_noise:.0f} standard errors)"
+                )
+            if self._by_copy(values, copy_tolerance) is not None:
+                said += (
+                    f"; a clean copy of this model reaches {values['copy_skill']:.2f} (the gate opens"
+                    f" {copy_tolerance:.2f} below it)"
+                )
+            return said
+        over_counts = values["loss_over_counts"]
+        if not math.isnan(over_counts):
+            opens = self.counts + self.beyond_noise * np.nan_to_num(values["counts_noise"])
             return (
-                f"the run's {metric} skill {own:.2f} fell {shortfall:.0%} short of the quick references'"
-                f" {reference:.2f} ({scale}), {values['shortfall_z']:.1f} standard errors below them (the gate opens"
-                f" past {threshold:.0%} and {self.beyond_noise:.0f} standard errors)"
-            )
-        over_bigram = values["loss_over_bigram"]
-        if not math.isnan(over_bigram):
-            return (
-                f"the validation loss ended at {over_bigram:.2f}x the bigram reference's on the same text (counts of"
-                f" which byte follows which; the gate opens at {self.bigram:.0f}x: no better than that table)"
+                f"the validation loss ended at {over_counts:.2f}x the token counts' on the same text (the better of"
+                " counts of each token and of which token follows which, on the training text; the gate opens at"
+                f" {opens:.3f}x: no better than such a table, {self.beyond_noise:.0f} standard errors of its loss"
+                " included)"
             )
         return (
             f"no quick reference for this task; the training loss ended at {values['loss_left']:.0%} of its first"
@@ -308,9 +369,9 @@ def diagnose(
         thresholds = load_thresholds(_known_steps(steps))
     values = features(measurements)
     fields = Evidence(measurements, values)  # the named values the evidence sentences show, made when asked
-    gate_threshold = thresholds.get(OUTCOME_GATE.name)
-    harmed = OUTCOME_GATE.is_open(values, gate_threshold)
-    gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold)
+    gate_threshold, copy_tolerance = thresholds.get(OUTCOME_GATE.name), thresholds.get(OUTCOME_GATE.copy_name)
+    harmed = OUTCOME_GATE.is_open(values, gate_threshold, copy_tolerance)
+    gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold, copy_tolerance)
     failing = [found for found in (fact.judge_fact(measurements) for fact in facts) if found is not None]
     warnings = []
     for rule in rules:
@@ -341,14 +402,14 @@ def _known_steps(steps) -> int | None:
         return None
 
 
-def gate_open(table: "pd.DataFrame", threshold: float | None) -> "pd.Series":
+def gate_open(table: "pd.DataFrame", threshold: float | None, copy_tolerance: float | None = None) -> "pd.Series":
     """The outcome gate on each row of a feature table: True where the run's outcome shows harm."""
     import pandas as pd
 
     if threshold is None or math.isnan(threshold):
         return pd.Series(True, index=table.index)
     rows = table[list(OUTCOME_GATE.reads)].to_dict("records")
-    return pd.Series([bool(OUTCOME_GATE.is_open(row, threshold)) for row in rows], index=table.index)
+    return pd.Series([bool(OUTCOME_GATE.is_open(row, threshold, copy_tolerance)) for row in rows], index=table.index)
 
 
 def verdicts(
@@ -368,7 +429,8 @@ def verdicts(
     table = feature_table(records) if table is None else table
     gate_threshold = thresholds.get(OUTCOME_GATE.name)
     judged = gate_threshold is not None and not math.isnan(gate_threshold)
-    harmed = gate_open(table, gate_threshold).tolist() if judged else [None] * len(table)
+    copy_tolerance = thresholds.get(OUTCOME_GATE.copy_name)
+    harmed = gate_open(table, gate_threshold, copy_tolerance).tolist() if judged else [None] * len(table)
     fired = np.array(
         [[rule.fires(v, thresholds.get(rule.verdict, math.nan)) for v in table[rule.feature]] for rule in rules]
     ).T.reshape(len(table), len(rules))

@@ -60,6 +60,7 @@ makes the report of the steps so far say it was interrupted (the probe loop and 
 """
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
@@ -69,6 +70,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -100,6 +102,7 @@ from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
 from harness.instruments.budget import SHARE, Cost, CostBudget
+from harness.instruments.causality import next_token_input
 from harness.instruments.loop import Collector
 from harness.instruments.memorization import CAPACITY_STEPS, MEMORIZE_STEPS
 from harness.instruments.nonfinite import Origin
@@ -116,6 +119,7 @@ from harness.targets import (
     read_task,
     shifted,
 )
+from harness.text import pair_count_losses
 
 
 class CannotJudge(Exception):
@@ -175,6 +179,7 @@ def _has_parameters(model: nn.Module) -> None:
         )
 
 
+COUNTED_SEQUENCES = CAPACITY_EXAMPLES  # a next-token run's last sequences whose tokens are counted (_token_counts)
 RECENT_EXAMPLES = 256  # training accuracy is measured on at least this many of the last examples trained on
 
 
@@ -382,6 +387,9 @@ class Doctor:
         self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
         if self.task.kind != "sequence":
             return inputs, targets
+        # A next-token run's token counts (_token_counts) are counted on the last sequences kept: as many as a
+        # capacity fit takes, with a model factory or without one.
+        self._keep_examples = max(self._keep_examples, COUNTED_SEQUENCES)
         ignore_index = getattr(self.task_loss, "ignore_index", None)
         ignore_index = ignore_index if isinstance(ignore_index, int) else -100  # F.cross_entropy's, Hugging Face's
         with self.instruments.loop.own_forward_pass():
@@ -540,6 +548,7 @@ class Doctor:
                 "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
             )
         self.cost = self.instruments.cost  # as the loop ends: the evaluations and fits after it are not its time
+        after_started = time.perf_counter()
         measured = self.instruments.finish()
         if self.instruments.scaler is None:
             _no_hidden_scaler(self.instruments.kept_at_step)
@@ -569,6 +578,11 @@ class Doctor:
                 self._capacity_on(not_rows),
                 self.instruments.kept_examples(),
                 self._held_out(),
+                self._capacity_held_out(not_rows),
+            )
+        if self.cost is not None:  # what the doctor spent after the loop, and the caps its fits ran under
+            self.cost = dataclasses.replace(
+                self.cost, after_s=time.perf_counter() - after_started, after_caps=_fit_caps(probes, after)
             )
         scores = {
             "final_train_loss": train_loss,
@@ -579,6 +593,7 @@ class Doctor:
         record = run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
         if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
             record["baseline_val_acc"] = self._validation_prior()
+            record.update(self._token_counts())  # a next-token run's yardstick: what counting tokens reaches
             record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
         if self.padding is not None:  # the labels under padding tried on the loss, which the collector cannot call
             record.update(self.padding.measurements(self.recent, self.task_loss))
@@ -601,6 +616,24 @@ class Doctor:
             hits += int(((labels == majority) & valid).sum())
             kept += int(valid.sum())
         return hits / kept if kept else math.nan
+
+    def _token_counts(self) -> dict[str, float]:
+        """The unigram and bigram counts' validation losses on a next-token run (harness/text.py), else NaN.
+
+        Counted on the (previous token, next token) pairs of the last training sequences the doctor kept
+        (COUNTED_SEQUENCES of them), scored on every validation batch's: the yardstick the grid's language models
+        are held against (analysis/rules.py: the outcome gate), from the user's own tokens. NaN without validation,
+        where the doctor cannot run its own evaluation, or where the task is not next-token prediction.
+        """
+        none = {"lm_unigram_val_loss": math.nan, "lm_bigram_val_loss": math.nan, "lm_counts_val_se": math.nan}
+        if self.validation is None or self.own_evaluations:
+            return none
+        classes = self.task.n_classes
+        train = _token_pairs(self.recent, classes)
+        val = _token_pairs((self.layout.split(batch, "validation") for batch in self.validation), classes)
+        if train is None or val is None:
+            return none
+        return pair_count_losses(train, val, classes)
 
     @property
     def _device(self) -> torch.device:
@@ -628,6 +661,17 @@ class Doctor:
         """The last finite examples the capacity fit takes, as (inputs, targets) batches on the model's device."""
         pairs = _finite_pairs(self.recent, self.capacity_examples) if not not_rows else []
         return [(to_device(x, self._device), y.to(self._device)) for x, y in pairs]
+
+    def _capacity_held_out(self, not_rows: str) -> list[tuple] | None:
+        """The first finite validation examples, as many as the capacity fit takes, on the model's device.
+
+        The fitted copy is scored on them: what this model reaches on the run's data in a clean loop. None without
+        validation, a capacity fit, or example rows.
+        """
+        if self.validation is None or not_rows or not self.capacity_examples or self.model_factory is None:
+            return None
+        pairs = _finite_pairs(_first_of(self.validation, self.layout, self.capacity_examples), self.capacity_examples)
+        return [(to_device(x, self._device), y.to(self._device)) for x, y in pairs] or None
 
     def _held_out(self) -> tuple | None:
         """The validation examples the references are scored on (None without validation, or for a sequence)."""
@@ -902,6 +946,51 @@ def _finite_pairs(pairs: Iterable, n: int) -> list:
         else:
             joined.append(([x], [y]))
     return [(join(xs), torch.cat(ys)) for xs, ys in joined]
+
+
+def _fit_caps(probes: Probes, after: Mapping) -> str:
+    """The caps the doctor's fits after the loop ran under, for the cost line: what each trained, and how long."""
+    copy = after.get("capacity_examples", 0)
+    parts = [
+        f"memorization {probes.memorize_steps} steps x {len(probes.memorize_rates)} rates"
+        if len(after.get("memorize_rates", ()))
+        else "no memorization",
+        f"a clean copy {probes.capacity_steps} steps x {len(probes.capacity_rates)} rates on {copy} examples"
+        + (f", scored on {after['capacity_val_examples']} validation" if after.get("capacity_val_examples") else "")
+        if copy
+        else "no clean copy",
+    ]
+    return "; ".join(parts)
+
+
+def _token_pairs(pairs: Iterable, classes: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (previous token, next token) pairs at the scored positions of next-token batches; None for another task.
+
+    The previous token is the input at a position, the next one its label (harness/instruments/causality.py reads
+    which input holds the tokens); labels the loss ignores (padding) are left out.
+    """
+    before, after = [], []
+    for x, y in pairs:
+        tokens = next_token_input(x, y, classes)
+        if tokens is None:
+            return None
+        scored = in_classes(y, classes)
+        before.append(tokens.to(y.device)[scored].cpu())
+        after.append(y[scored].cpu())
+    if not before:
+        return None
+    return torch.cat(before).long().numpy(), torch.cat(after).long().numpy()
+
+
+def _first_of(batches: Iterable, layout: BatchLayout, n: int) -> list:
+    """The first batches of a validation iterable, split as the loop's, until they hold at least `n` examples."""
+    kept, have = [], 0
+    for batch in batches:
+        if have >= n:
+            break
+        kept.append(layout.split(batch, "validation"))
+        have += _batch_size(kept[-1][1])
+    return kept
 
 
 def _last_losses(curve, last: int = 10) -> float:
@@ -1361,6 +1450,9 @@ class Report:
             lines.append(f"would longer training help? {self.forecast.summary()}")
         if self.data_forecast is not None:
             lines.append(f"would more data help? {self.data_forecast.line()}")
+        copy = self.clean_copy_line()
+        if copy is not None:
+            lines.append(f"what does this model reach in a clean loop? {copy}")
         if self.ranks is not None:
             lines.append(self.ranks.heading())
             lines += [f"  {line.mark} {line.check}: {line.detail}" for line in self.ranks.lines]
@@ -1370,6 +1462,23 @@ class Report:
         if self.cost is not None:
             lines.append(f"the doctor's cost: {self.cost.line()}")
         return "\n".join(lines)
+
+    def clean_copy_line(self) -> str | None:
+        """The clean copy of the model against the run, in accuracy (None where no copy was scored on validation).
+
+        Said, not judged: healthy recipes do not all reach a full-batch Adam fit (analysis/rules.py: OutcomeGate), so
+        a run short of its copy is a reading to look at, not a verdict, unless the thresholds give the copy a
+        tolerance.
+        """
+        if math.isnan(float(self.features.get("copy_skill", math.nan))):
+            return None
+        m = self.measurements
+        own = m.get("final_val_acc", math.nan)
+        return (
+            f"a fresh copy from the model factory, fitted in a clean loop (Adam, full batch) on"
+            f" {m['capacity_examples']} of the training examples, reaches {m['capacity_val_score']:.0%} on"
+            f" {m['capacity_val_examples']} validation examples; this run reached {own:.0%}"
+        )
 
     def _finding_lines(self, bullet: str, finding: Finding) -> list[str]:
         sure = "" if math.isnan(finding.margin) else f"  [{_margin(finding)}]"

@@ -76,11 +76,14 @@ def end_of_run(
     capacity_on: list[tuple] | None,
     kept: tuple | None,
     held_out: tuple | None = None,
+    capacity_held_out: list[tuple] | None = None,
 ) -> dict:
     """The end-of-run columns: memorization, the capacity fit, the quick references and the leak readings.
 
-    `memorize_on`: (inputs, targets) to memorize; `capacity_on`: (inputs, targets) batches to fit; `kept`: the
-    examples the references are fitted on, scored on `held_out`. None (or no factory): recorded as not measured.
+    `memorize_on`: (inputs, targets) to memorize; `capacity_on`: (inputs, targets) batches to fit, and
+    `capacity_held_out` the validation batches the fitted copy is scored on, both as the model takes them; `kept`:
+    the examples the references are fitted on (rows), scored on `held_out`. None (or no factory): recorded as not
+    measured.
     """
     memorized = dict(NOT_MEMORIZED)
     if make_model is not None and memorize_on is not None:
@@ -107,6 +110,7 @@ def end_of_run(
             seed=probes.seed,
             check=probes.check,
             forward=probes.forward,
+            held_out=capacity_held_out,
         )
     reference, leak = dict(NO_REFERENCE), dict(NO_LEAK)
     if kept is not None:

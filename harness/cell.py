@@ -343,10 +343,15 @@ def end_of_run(cfg: DictConfig, run: Training, kept: tuple | None, check: Callab
         encode_targets(data.y_train[:n], data.n_classes, encoding).to(run.device),
     )
     capacity_on = [(x_train[: cfg.capacity.examples], y_train[: cfg.capacity.examples])]
+    # The fitted copy is scored on as many validation examples as it fitted, encoded as the loss takes them.
+    x_val, y_val = run.val
+    capacity_held_out = [(x_val[: cfg.capacity.examples], y_val[: cfg.capacity.examples])]
     held_out = (data.x_val, data.y_val)
     if data.text is not None:
         kept = None  # the quick references fit one class per example; a text has its own (harness/text.py)
-    return end_of_run_columns(run.make_model, run.loss_fn, probes, memorize_on, capacity_on, kept or None, held_out)
+    return end_of_run_columns(
+        run.make_model, run.loss_fn, probes, memorize_on, capacity_on, kept or None, held_out, capacity_held_out
+    )
 
 
 def optimized_params(model: nn.Module, make_model, copies: float, device: torch.device) -> list[nn.Parameter]:

@@ -15,7 +15,8 @@ tail; validation always ignores it.
 
 `lm_references` gives what counting reaches on the same text, the yardsticks of next-byte prediction: the unigram
 and bigram cross-entropy (nats per byte) of counts on the training bytes, scored on the validation bytes, and a
-compressor's rate (lzma) on the validation bytes alone.
+compressor's rate (lzma) on the validation bytes alone. `pair_count_losses` gives the same two counts' losses for
+any vocabulary from (previous token, next token) pairs, as the doctor reads them off a user's next-token run.
 """
 
 import hashlib
@@ -52,6 +53,12 @@ COLUMNS = (
         "cross-entropy (nats per byte) on the validation text of the previous byte's counts on the training text",
     ),
     Column("lm_compressor_val_loss", F64, "lzma's compressed size of the validation text, in nats per byte"),
+    Column(
+        "lm_counts_val_se",
+        F64,
+        "standard error of the lower of the unigram and bigram validation losses: their per-token losses' spread"
+        " over the square root of their number",
+    ),
 )
 NOT_TEXT = {
     "text_digest": "",  # no text: every record holds every measurement (None would read as one missing)
@@ -60,6 +67,7 @@ NOT_TEXT = {
     "lm_unigram_val_loss": math.nan,
     "lm_bigram_val_loss": math.nan,
     "lm_compressor_val_loss": math.nan,
+    "lm_counts_val_se": math.nan,
 }
 
 
@@ -142,18 +150,48 @@ def windows(
     return x, y
 
 
-def cross_entropy_of_counts(counts: np.ndarray, targets: np.ndarray, contexts: np.ndarray | None = None) -> float:
-    """Mean -ln p of `targets` under add-one smoothed counts: `counts` (V,) for a unigram, (V, V) for a bigram.
+def token_losses(counts: np.ndarray, targets: np.ndarray, contexts: np.ndarray | None = None) -> np.ndarray:
+    """-ln p of each of `targets` under add-one smoothed counts: `counts` (V,) for a unigram, (V, V) for a bigram.
 
     A bigram reads the row of each target's context (the byte before it): p(b | a) = (c(a, b) + 1) / (c(a) + V).
     Add-one keeps every byte possible, so a byte never seen in training costs a finite ln(c + V), not infinity.
     """
     smoothed = counts.astype(np.float64) + 1.0
     if contexts is None:
-        log_p = np.log(smoothed[targets]) - math.log(smoothed.sum())
-    else:
-        log_p = np.log(smoothed[contexts, targets]) - np.log(smoothed[contexts].sum(axis=1))
-    return float(-log_p.mean())
+        return -(np.log(smoothed[targets]) - math.log(smoothed.sum()))
+    return -(np.log(smoothed[contexts, targets]) - np.log(smoothed[contexts].sum(axis=1)))
+
+
+def count_yardsticks(unigram: np.ndarray, bigram: np.ndarray) -> dict[str, float]:
+    """The two counts' mean validation losses from their per-token losses, and the better one's standard error."""
+    better = unigram if unigram.mean() < bigram.mean() else bigram
+    return {
+        "lm_unigram_val_loss": float(unigram.mean()),
+        "lm_bigram_val_loss": float(bigram.mean()),
+        "lm_counts_val_se": float(better.std() / math.sqrt(len(better))),
+    }
+
+
+def pair_count_losses(
+    train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray], vocab: int
+) -> dict[str, float]:
+    """The unigram and bigram losses (nats per token) on `val`'s pairs of counts on `train`'s, any vocabulary.
+
+    Each is a (previous tokens, next tokens) pair of equal-length int arrays; the next tokens are what is scored.
+    The same add-one counts as `token_losses`, kept sparse (only the pairs seen), so that a vocabulary of tens of
+    thousands of tokens costs what its pairs do, not a table of vocab x vocab. With the better one's standard error.
+    """
+    (train_before, train_next), (val_before, val_next) = train, val
+    if not len(train_next) or not len(val_next):
+        return {"lm_unigram_val_loss": math.nan, "lm_bigram_val_loss": math.nan, "lm_counts_val_se": math.nan}
+    unigram = np.bincount(train_next, minlength=vocab).astype(np.float64)
+    unigram_losses = -(np.log(unigram[val_next] + 1.0) - math.log(unigram.sum() + vocab))
+    seen, pair_counts = np.unique(train_before * vocab + train_next, return_counts=True)
+    asked = val_before * vocab + val_next
+    at = np.minimum(np.searchsorted(seen, asked), len(seen) - 1)
+    pair = np.where(seen[at] == asked, pair_counts[at], 0).astype(np.float64)
+    context = np.bincount(train_before, minlength=vocab).astype(np.float64)[val_before]
+    return count_yardsticks(unigram_losses, -(np.log(pair + 1.0) - np.log(context + vocab)))
 
 
 def lm_references(corpus: TextCorpus) -> dict:
@@ -173,7 +211,6 @@ def lm_references(corpus: TextCorpus) -> dict:
         "text_digest": corpus.digest,
         "text_train_bytes": len(corpus.train),
         "text_val_bytes": len(corpus.val),
-        "lm_unigram_val_loss": cross_entropy_of_counts(unigram, val),
-        "lm_bigram_val_loss": cross_entropy_of_counts(bigram, val[1:], contexts=val[:-1]),
+        **count_yardsticks(token_losses(unigram, val), token_losses(bigram, val[1:], contexts=val[:-1])),
         "lm_compressor_val_loss": 8 * compressed * math.log(2) / len(corpus.val),
     }

@@ -130,7 +130,7 @@ PLANTED = {
     },
     "shuffled_labels": {"final_val_acc": 0.1, "final_train_acc": 0.45, "reference_val_acc": 0.11},
     "label_noise": {"reference_loo_acc": 0.7, "reference_knn_val_acc": 0.95, "final_train_acc": 0.75},
-    "overfitting": {"final_val_acc": 0.55, "final_val_loss": 2.4, "final_train_loss": 0.001},
+    "overfitting": {"final_val_acc": 0.35, "final_val_loss": 2.4, "final_train_loss": 0.001},
     # Capacity evidence: a fresh copy in a clean loop cannot fit the examples either.
     "model_too_small": {"final_train_acc": 0.5, "final_val_acc": 0.48, "capacity_score": 0.55},
 }

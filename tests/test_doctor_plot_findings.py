@@ -118,14 +118,14 @@ def test_a_value_read_once_is_marked_at_the_step_it_was_read(feature, at_start):
     assert read_at_start(feature) is at_start
 
 
-@pytest.mark.parametrize("case", ["healthy", "inputs 30x too large, overcome"])
+@pytest.mark.parametrize("case", ["healthy", "dead ReLUs at the start, overcome"])
 def test_a_healthy_run_gets_no_finding_panel_and_the_loss_comes_last(case, figures):
     figure = figures[case]
     assert labels(figure) == BASE_PANELS  # warnings are listed in the title, not drawn as failures
     rows = {ax.get_label(): ax.get_subplotspec().rowspan.start for ax in figure.axes if ax.get_subplotspec()}
     assert rows["loss"] == max(rows.values())
     if run(case).warnings:
-        assert "warnings: unscaled_inputs, overfitting" in figure.get_suptitle()
+        assert "warnings: dead_relu" in figure.get_suptitle()
 
 
 def test_unexplained_failure_which_no_one_feature_decides_gets_no_panel():

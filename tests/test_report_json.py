@@ -81,7 +81,7 @@ def test_the_text_report_keeps_its_own_margin_wording():
 
 def broken(change) -> dict:
     """A real report's JSON (a run with warnings: every kind of finding) with one thing changed."""
-    document = copy.deepcopy(as_read(run("inputs 30x too large, overcome")))
+    document = copy.deepcopy(as_read(run("dead ReLUs at the start, overcome")))
     change(document)
     return document
 

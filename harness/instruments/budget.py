@@ -36,6 +36,10 @@ class Cost:
     watched_steps: int  # backward passes whose whole optimizer cycle every collector read
     steps: int  # backward passes seen
     start_s: float = 0.0  # of spent_s, the first step's: the task read, the checks at initialization (not rationed)
+    # After the loop (not in spent_s: the loop is over): the doctor's evaluations and its fits of fresh copies and
+    # references, and the caps those fits ran under. NaN: not measured (the grid's cells, or before the report).
+    after_s: float = float("nan")
+    after_caps: str = ""
 
     @property
     def share(self) -> float:
@@ -45,10 +49,15 @@ class Cost:
     def line(self) -> str:
         """One line for the report: what the doctor cost, and how much of the run it watched to keep to its budget."""
         watched = "every step" if self.watched_steps == self.steps else f"{self.watched_steps} of {self.steps} steps"
+        after = (
+            ""
+            if self.after_s != self.after_s  # NaN: not measured
+            else f"; after the loop, {self.after_s:.2f} s of evaluations and fits ({self.after_caps})"
+        )
         return (
             f"{100 * self.share:.1f}% of the loop's own {self.loop_s:.2f} s ({self.start_s:.3f} s of it at the first"
             f" step; budget {100 * self.share_budget:g}% for the rest), watching {watched} in full; the loss, its"
-            " finiteness, the data wait and the rate on every step"
+            f" finiteness, the data wait and the rate on every step{after}"
         )
 
     def to_dict(self) -> dict:
@@ -60,6 +69,8 @@ class Cost:
             "loop_s": self.loop_s,
             "watched_steps": self.watched_steps,
             "steps": self.steps,
+            "after_s": None if self.after_s != self.after_s else self.after_s,
+            "after_caps": self.after_caps,
         }
 
 

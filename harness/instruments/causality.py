@@ -44,6 +44,27 @@ NEXT_TOKEN_SHARE = 0.5
 REPEAT_TOLERANCE = 1e-6
 
 
+def next_token_input(inputs, targets: torch.Tensor, classes: int | None) -> torch.Tensor | None:
+    """The inputs' token tensor where the task is next-token prediction: its next token is the label at most places.
+
+    An integer tensor among the inputs shaped like the (B, T) targets, whose token at t + 1 is the label at t at more
+    than NEXT_TOKEN_SHARE of the scored positions. None for any other task.
+    """
+    if not torch.is_tensor(targets) or targets.dim() != 2 or targets.shape[1] < 2:
+        return None
+    labels = targets[:, :-1]
+    scored = in_classes(labels, classes)
+    if not bool(scored.any()):
+        return None
+    for tensor in tensors(inputs):
+        if tensor.shape != targets.shape or tensor.is_floating_point() or tensor.dtype == torch.bool:
+            continue
+        following = tensor[:, 1:].to(labels.device)
+        if float((following == labels)[scored].float().mean()) > NEXT_TOKEN_SHARE:
+            return tensor
+    return None
+
+
 class Causality(Collector):
     """How much a next-token model's outputs before a cut move when only the tokens from the cut on change."""
 
@@ -66,22 +87,11 @@ class Causality(Collector):
 
     def tokens(self) -> torch.Tensor | None:
         """The probe's token tensor, where its task is next-token prediction (its labels the next input tokens)."""
-        targets = self.probe.targets
         if not self.loop.output_is_prediction:  # the loss reads another prediction than forward()'s
             return None
-        if self.probe.inputs is None or not torch.is_tensor(targets) or targets.dim() != 2 or targets.shape[1] < 2:
+        if self.probe.inputs is None:
             return None
-        labels = targets[:, :-1]
-        scored = in_classes(labels, self.loop.classes)
-        if not bool(scored.any()):
-            return None
-        for tensor in tensors(self.probe.inputs):
-            if tensor.shape != targets.shape or tensor.is_floating_point() or tensor.dtype == torch.bool:
-                continue
-            following = tensor[:, 1:].to(labels.device)
-            if float((following == labels)[scored].float().mean()) > NEXT_TOKEN_SHARE:
-                return tensor
-        return None
+        return next_token_input(self.probe.inputs, self.probe.targets, self.loop.classes)
 
     def future_token_effect(self) -> float:
         tokens = self.tokens()

@@ -9,6 +9,11 @@ even these points at the model itself (dead units from the start, an output that
 a fresh copy trained in this clean loop that still cannot fit them is the evidence that the model is too small
 for the data, whatever the run's own loop did. A copy that fits them says the opposite: the model has the
 capacity, and what held the run back lies in its loop or recipe.
+
+The same copy is a yardstick that knows the model: scored on validation examples it says what this architecture
+reaches on the run's own data in a known-good loop (`capacity_val_score`). The outcome gate (analysis/rules.py)
+holds the run against the better of it and the quick references (harness/reference.py), which know nothing of
+the model: a broken run of a strong model can still beat a ridge classifier.
 """
 
 import math
@@ -36,6 +41,8 @@ NO_CAPACITY = {
     "capacity_baseline": math.nan,
     "capacity_rate": math.nan,
     "capacity_examples": 0,
+    "capacity_val_score": math.nan,
+    "capacity_val_examples": 0,
 }  # what a run without a model factory (or with capacity_examples=0) records
 
 # What `memorize` returns.
@@ -55,6 +62,13 @@ CAPACITY_COLUMNS = (
     Column("capacity_baseline", F64, "what the best constant answer scores on those examples"),
     Column("capacity_rate", F64, "the Adam rate that reached that score (the better of capacity.rates)"),
     Column("capacity_examples", I64, "training examples the fresh model fitted, full batch, capacity.steps steps"),
+    Column(
+        "capacity_val_score",
+        F64,
+        "the same fresh model's score on validation examples (at the rate of capacity_score): what this model"
+        " reaches on the run's data in a clean loop",
+    ),
+    Column("capacity_val_examples", I64, "validation examples (a sequence's positions) capacity_val_score rests on"),
 )
 
 
@@ -133,6 +147,7 @@ def fit_capacity(
     seed: int = 0,
     check: Callable[[], None] = lambda: None,
     forward: Callable = plain_forward,
+    held_out: list[tuple] | None = None,
 ) -> dict:
     """How much of these training examples a fresh model fits in a clean loop: Adam at each rate, full batch.
 
@@ -140,13 +155,16 @@ def fit_capacity(
     (summed batch by batch, weighted by size), so the fit does not depend on how the run batched them. Returns
     the best score over the rates of the fresh model on the same examples, in the task's metric (accuracy, R²,
     accuracy per label), the rate that reached it, the best constant answer's score and the number of examples;
-    `NO_CAPACITY` (not measured) with no steps or no examples.
+    `NO_CAPACITY` (not measured) with no steps or no examples. `held_out`: (inputs, targets) batches of
+    validation examples; the model of the rate that fitted best is scored on them too (NaN without them). The
+    rate is chosen on the training fit alone, so that the validation score is not the best of several tries.
     """
     if not steps or not batches:  # not measured: no evidence either way
         return dict(NO_CAPACITY)
     sizes = [len(y) for _, y in batches]
     total = sum(sizes)
     best, best_rate, task, classes = -math.inf, math.nan, None, None
+    val_score, val_examples = math.nan, 0
     for rate in [float(r) for r in rates]:
         with torch.random.fork_rng(devices=[]):  # the run's own RNG stream is left untouched
             torch.manual_seed(seed)
@@ -172,6 +190,8 @@ def fit_capacity(
         score = scorer.value()
         if math.isfinite(score) and score > best:
             best, best_rate = score, rate
+            if held_out:
+                val_score, val_examples = _score(model, held_out, task, forward)
     # A sequence's targets are counted per position (sequences of any length), the others per example.
     targets = torch.cat([_score_rows(y, task) for _, y in batches])
     return {
@@ -179,4 +199,15 @@ def fit_capacity(
         "capacity_baseline": constant_score(targets, task, classes),
         "capacity_rate": best_rate,
         "capacity_examples": total,
+        "capacity_val_score": val_score,
+        "capacity_val_examples": val_examples,
     }
+
+
+def _score(model: nn.Module, batches: list[tuple], task: str, forward: Callable) -> tuple[float, int]:
+    """The model's score on these (inputs, targets) batches in eval mode, and how many targets it counted."""
+    scorer = Scorer(task)
+    with torch.no_grad():
+        for x, y in batches:
+            scorer.add(forward(model, x), y)
+    return scorer.value(), int(scorer.count)
