@@ -164,6 +164,16 @@ def _shortfall_z(m: Mapping) -> float:
 # The tasks a clean copy's validation score is no yardstick on: the gate reads skill above the class prior with a
 # binomial sampling error, one class per example; R², per-label and per-position scores have neither.
 NO_COPY_YARDSTICK = ("regression", "multilabel", "sequence")
+# What the run against its clean copy reads: the copy's score and the run's own, above the class prior.
+COPY_GAP_READS = (
+    "baseline_val_acc",
+    "capacity_val_examples",
+    "capacity_val_score",
+    "final_train_acc",
+    "final_val_acc",
+    "majority_share",
+    "task",
+)
 
 
 def _copy_skill(m: Mapping) -> float:
@@ -770,15 +780,7 @@ FEATURES_LIST = [
         "the same model on the same data in a clean loop: what this model reaches here, whatever the references can",
         False,
         _copy_gap,
-        reads=(
-            "baseline_val_acc",
-            "capacity_val_examples",
-            "capacity_val_score",
-            "final_train_acc",
-            "final_val_acc",
-            "majority_share",
-            "task",
-        ),
+        reads=COPY_GAP_READS,
     ),
     Feature(
         "copy_z",
@@ -786,15 +788,7 @@ FEATURES_LIST = [
         "the sampling error of both accuracies on that many examples",
         False,
         _copy_z,
-        reads=(
-            "baseline_val_acc",
-            "capacity_val_examples",
-            "capacity_val_score",
-            "final_train_acc",
-            "final_val_acc",
-            "majority_share",
-            "task",
-        ),
+        reads=COPY_GAP_READS,
     ),
     Feature(
         "loss_left",

@@ -133,6 +133,18 @@ def next_byte_windows(tokens: torch.Tensor, count: int, seed: int) -> tuple[torc
     return tokens[at], tokens[at + 1]
 
 
+def train_positions(doctor: Doctor, model: nn.Module, optimizer, batches: list) -> Doctor:
+    """A loop over (B, T) batches whose loss scores every position, watched by `doctor`, which is finished."""
+    for inputs, targets in doctor.watch(batches):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(inputs).transpose(1, 2), targets)
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+    doctor.finish()
+    return doctor
+
+
 def next_byte_run(rate: float, steps: int = 200) -> Doctor:
     """A character model on the standard library's source, predicting each next byte; no model factory."""
     torch.manual_seed(0)
@@ -144,14 +156,7 @@ def next_byte_run(rate: float, steps: int = 200) -> Doctor:
     optimizer = torch.optim.Adam(model.parameters(), lr=rate)
     validation = [(xv[i : i + 64], yv[i : i + 64]) for i in range(0, 256, 64)]
     doctor = Doctor(model, optimizer, nn.CrossEntropyLoss(), validation=validation)
-    for inputs, targets in doctor.watch([(x[i : i + 32], y[i : i + 32]) for i in range(0, len(x), 32)]):
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(inputs).transpose(1, 2), targets)
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
-    doctor.finish()
-    return doctor
+    return train_positions(doctor, model, optimizer, [(x[i : i + 32], y[i : i + 32]) for i in range(0, len(x), 32)])
 
 
 def test_a_next_token_run_is_held_against_the_counts_of_its_own_tokens():
@@ -173,11 +178,5 @@ def test_a_sequence_task_that_is_not_next_token_prediction_has_no_token_counts()
     model = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 3))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     doctor = Doctor(model, optimizer, nn.CrossEntropyLoss(), validation=[(tokens[:16], tags[:16])])
-    for inputs, targets in doctor.watch([(tokens[i : i + 16], tags[i : i + 16]) for i in range(0, 64, 16)] * 5):
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(inputs).transpose(1, 2), targets)
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
-    doctor.finish()
+    train_positions(doctor, model, optimizer, [(tokens[i : i + 16], tags[i : i + 16]) for i in range(0, 64, 16)] * 5)
     assert math.isnan(doctor.measurements()["lm_bigram_val_loss"])
