@@ -54,13 +54,18 @@ def _loss_under_compressor(m: Mapping) -> float:
     return _div(min(losses), _get(m, "lm_compressor_val_loss")) if losses else math.nan
 
 
+def _counts_loss(m: Mapping) -> float:
+    """The token counts' validation loss: the lower of the unigram's and the bigram's (NaN without either)."""
+    return float(np.fmin(_get(m, "lm_bigram_val_loss"), _get(m, "lm_unigram_val_loss")))
+
+
 def _loss_over_counts(m: Mapping) -> float:
     """The final validation loss (else training) over the token counts' on the same text; NaN without them.
 
     The counts' loss is the better (lower) of the unigram's and the bigram's: on a large vocabulary and a little
     text, add-one smoothing over every pair costs the bigram more than its context gains (harness/text.py).
     """
-    counts = np.fmin(_get(m, "lm_bigram_val_loss"), _get(m, "lm_unigram_val_loss"))
+    counts = _counts_loss(m)
     loss = _get(m, "final_val_loss")
     loss = _get(m, "final_train_loss") if math.isnan(loss) else loss
     if math.isnan(counts) or math.isnan(loss) or counts <= 0:
@@ -70,8 +75,7 @@ def _loss_over_counts(m: Mapping) -> float:
 
 def _counts_noise(m: Mapping) -> float:
     """The token counts' validation loss's standard error over that loss: the sampling error of loss_over_counts."""
-    counts = np.fmin(_get(m, "lm_bigram_val_loss"), _get(m, "lm_unigram_val_loss"))
-    return _div(_get(m, "lm_counts_val_se"), counts)
+    return _div(_get(m, "lm_counts_val_se"), _counts_loss(m))
 
 
 def _skill(accuracy: float, baseline: float) -> float:

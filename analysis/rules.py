@@ -113,9 +113,13 @@ class OutcomeGate:
             return bool(by_references or by_copy)
         over_counts = values["loss_over_counts"]
         if not math.isnan(over_counts):
-            return bool(over_counts >= self.counts + self.beyond_noise * np.nan_to_num(values["counts_noise"]))
+            return bool(over_counts >= self._counts_open_at(values))
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
+
+    def _counts_open_at(self, values: Mapping) -> float:
+        """Where the gate opens on loss_over_counts: 1, plus `beyond_noise` standard errors of the counts' loss."""
+        return self.counts + self.beyond_noise * np.nan_to_num(values["counts_noise"])
 
     def _by_references(self, values: Mapping, threshold: float) -> bool | None:
         """Whether the run fell measurably short of the quick references (None: there are none)."""
@@ -144,7 +148,8 @@ class OutcomeGate:
         """What the outcome was, in the task's own metric: the sentence under a failing verdict or a warning."""
         metric = fields["metric_name"]
         own, scale = values["own_skill"], "0 = the baseline, 1 = perfect"
-        if self._by_copy(values, copy_tolerance):  # the copy opened it: the references may have been beaten
+        by_copy = self._by_copy(values, copy_tolerance)
+        if by_copy:  # the copy opened it: the references may have been beaten
             return (
                 f"the run's {metric} skill {own:.2f} fell {values['copy_gap']:.2f} short of a clean copy of this"
                 f" model's {values['copy_skill']:.2f} (the same model fitted in a clean loop; {scale}),"
@@ -165,7 +170,7 @@ class OutcomeGate:
                     f" {reference:.2f} ({scale}), {values['shortfall_z']:.1f} standard errors below them (the gate"
                     f" opens past {threshold:.0%} and {self.beyond_noise:.0f} standard errors)"
                 )
-            if self._by_copy(values, copy_tolerance) is not None:
+            if by_copy is not None:
                 said += (
                     f"; a clean copy of this model reaches {values['copy_skill']:.2f} (the gate opens"
                     f" {copy_tolerance:.2f} below it)"
@@ -173,7 +178,7 @@ class OutcomeGate:
             return said
         over_counts = values["loss_over_counts"]
         if not math.isnan(over_counts):
-            opens = self.counts + self.beyond_noise * np.nan_to_num(values["counts_noise"])
+            opens = self._counts_open_at(values)
             return (
                 f"the validation loss ended at {over_counts:.2f}x the token counts' on the same text (the better of"
                 " counts of each token and of which token follows which, on the training text; the gate opens at"

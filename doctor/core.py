@@ -179,7 +179,8 @@ def _has_parameters(model: nn.Module) -> None:
         )
 
 
-COUNTED_SEQUENCES = CAPACITY_EXAMPLES  # a next-token run's last sequences whose tokens are counted (_token_counts)
+COUNTED_SEQUENCES = CAPACITY_EXAMPLES  # a next-token run's last sequences whose tokens are counted
+NO_TOKEN_COUNTS = {"lm_unigram_val_loss": math.nan, "lm_bigram_val_loss": math.nan, "lm_counts_val_se": math.nan}
 RECENT_EXAMPLES = 256  # training accuracy is measured on at least this many of the last examples trained on
 
 
@@ -387,7 +388,7 @@ class Doctor:
         self.instruments.task_read(self.task.kind)  # the instruments' first forward names only the loss
         if self.task.kind != "sequence":
             return inputs, targets
-        # A next-token run's token counts (_token_counts) are counted on the last sequences kept: as many as a
+        # A next-token run's token counts (_sequence_yardsticks) are counted on the last sequences kept: as many as a
         # capacity fit takes, with a model factory or without one.
         self._keep_examples = max(self._keep_examples, COUNTED_SEQUENCES)
         ignore_index = getattr(self.task_loss, "ignore_index", None)
@@ -592,48 +593,53 @@ class Doctor:
         }
         record = run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
         if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
-            record["baseline_val_acc"] = self._validation_prior()
-            record.update(self._token_counts())  # a next-token run's yardstick: what counting tokens reaches
+            record.update(self._sequence_yardsticks())  # the class prior, and what counting tokens reaches
             record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
         if self.padding is not None:  # the labels under padding tried on the loss, which the collector cannot call
             record.update(self.padding.measurements(self.recent, self.task_loss))
         return record
 
-    def _validation_prior(self) -> float:
-        """The validation accuracy of always answering the most frequent training label, on a sequence's positions.
+    def _sequence_yardsticks(self) -> dict[str, float]:
+        """A sequence's yardsticks on validation, read in one pass over it (NaN without validation).
 
-        The reference fit measures it for one class per example; a sequence gets no reference fit, and its
-        validation text need not share the training text's class mix, so the validation accuracy is held against
-        this rather than the training prior. Positions the loss ignores are left out; NaN without validation.
+        `baseline_val_acc`: the validation accuracy of always answering the most frequent training label, on the
+        positions the loss scores. The reference fit measures it for one class per example; a sequence gets no
+        reference fit, and its validation text need not share the training text's class mix, so the validation
+        accuracy is held against this rather than the training prior.
+
+        The unigram and bigram counts' validation losses, on a next-token run (harness/text.py): counted on the
+        (previous token, next token) pairs of the last training sequences the doctor kept (COUNTED_SEQUENCES of
+        them), scored on every validation batch's: the yardstick the grid's language models are held against
+        (analysis/rules.py: the outcome gate), from the user's own tokens. NaN where the doctor cannot run its own
+        evaluation, or where the task is not next-token prediction.
         """
-        counts = self.instruments.labels.label_counts
-        if self.validation is None or counts is None or not int(counts.sum()):
-            return math.nan
-        majority, hits, kept = int(counts.argmax()), 0, 0
+        found = {"baseline_val_acc": math.nan, **NO_TOKEN_COUNTS}
+        if self.validation is None:
+            return found
+        classes, label_counts = self.task.n_classes, self.instruments.labels.label_counts
+        majority = int(label_counts.argmax()) if label_counts is not None and int(label_counts.sum()) else None
+        train = None if self.own_evaluations else _token_pairs(self.recent, classes)
+        hits = kept = 0
+        val: list | None = [] if train is not None else None
         for batch in self.validation:
-            labels = self.layout.split(batch, "validation")[1].reshape(-1)
-            valid = in_classes(labels, self.task.n_classes)
-            hits += int(((labels == majority) & valid).sum())
-            kept += int(valid.sum())
-        return hits / kept if kept else math.nan
-
-    def _token_counts(self) -> dict[str, float]:
-        """The unigram and bigram counts' validation losses on a next-token run (harness/text.py), else NaN.
-
-        Counted on the (previous token, next token) pairs of the last training sequences the doctor kept
-        (COUNTED_SEQUENCES of them), scored on every validation batch's: the yardstick the grid's language models
-        are held against (analysis/rules.py: the outcome gate), from the user's own tokens. NaN without validation,
-        where the doctor cannot run its own evaluation, or where the task is not next-token prediction.
-        """
-        none = {"lm_unigram_val_loss": math.nan, "lm_bigram_val_loss": math.nan, "lm_counts_val_se": math.nan}
-        if self.validation is None or self.own_evaluations:
-            return none
-        classes = self.task.n_classes
-        train = _token_pairs(self.recent, classes)
-        val = _token_pairs((self.layout.split(batch, "validation") for batch in self.validation), classes)
-        if train is None or val is None:
-            return none
-        return pair_count_losses(train, val, classes)
+            x, y = self.layout.split(batch, "validation")
+            if majority is not None:
+                labels = y.reshape(-1)
+                valid = in_classes(labels, classes)
+                hits += int(((labels == majority) & valid).sum())
+                kept += int(valid.sum())
+            if val is not None:
+                pair = _token_pairs([(x, y)], classes)
+                if pair is None:  # not next-token prediction: no counts
+                    val = None
+                else:
+                    val.append(pair)
+        if majority is not None and kept:
+            found["baseline_val_acc"] = hits / kept
+        if train is not None and val:
+            before, after = np.concatenate([b for b, _ in val]), np.concatenate([a for _, a in val])
+            found.update(pair_count_losses(train, (before, after), classes))
+        return found
 
     @property
     def _device(self) -> torch.device:

@@ -266,3 +266,30 @@ def test_a_gate_shut_on_both_yardsticks_says_where_the_copy_would_open_it():
     warned = next(f for f in findings if f.verdict == "dead_relu").evidence
     assert "reached the quick references' 0.97" in warned
     assert "a clean copy of this model reaches 0.96 (the gate opens 0.12 below it)" in warned
+
+
+def test_the_copys_tolerance_is_a_quantile_of_how_far_healthy_runs_fall_short_of_their_copies(monkeypatch):
+    """Fitted on healthy runs alone (not fault cells, nor healthy runs cut while still improving); off by default."""
+    import dataclasses
+
+    import analysis.fit as fit
+
+    healthy, faults, cut_short = range(200), range(200, 220), range(220, 230)
+    index = pd.RangeIndex(230)
+    cut = pd.DataFrame({"diagnosis": HEALTHY}, index=index)
+    cut.loc[list(faults), "diagnosis"] = "lr_too_low"
+    cut.loc[list(cut_short), "diagnosis"] = "still_improving"
+    gaps = pd.Series(0.0, index=index)
+    gaps[list(healthy)] = [i / 1000 for i in healthy]  # 0 to 0.199 of skill short of their copies
+    gaps[list(faults) + list(cut_short)] = 0.9  # would move the quantile, were they read
+    table = pd.DataFrame({"copy_gap": gaps})
+    harm = pd.DataFrame({"harmful": True, "by_outcome": False, "healthy": False}, index=index)
+    harm.loc[list(healthy) + list(cut_short), ["by_outcome", "healthy"]] = True
+    assert fit.fit_copy_tolerance(cut, table, harm) is None  # the shipped gate: the copy opens nothing
+    monkeypatch.setattr(fit, "OUTCOME_GATE", dataclasses.replace(OUTCOME_GATE, copy_quantile=0.99))
+    assert fit.fit_copy_tolerance(cut, table, harm) == pytest.approx(gaps[list(healthy)].quantile(0.99))
+    few = table.copy()
+    few.loc[100:199, "copy_gap"] = math.nan  # 100 healthy runs with a copy: still enough; 99 are not
+    assert fit.fit_copy_tolerance(cut, few, harm) is not None
+    few.loc[99, "copy_gap"] = math.nan
+    assert fit.fit_copy_tolerance(cut, few, harm) is None
