@@ -290,9 +290,10 @@ def _prior_shift(m: Mapping) -> float:
     """The class most under-represented in training, against validation's mix; NaN without validation.
 
     Without validation nothing tells a problem uneven by nature (most real data) from a training set that lost a
-    class: the raw training imbalance is no fault of its own, so the rule is not judged.
+    class: the raw training imbalance is no fault of its own, so the rule is not judged. Nor where that class has
+    too few validation examples for its share to mean anything (`too_few_in_class`).
     """
-    return _get(m, "prior_shift")
+    return math.nan if too_few_in_class(m) else _get(m, "prior_shift")
 
 
 def _finite_curve(m: Mapping, key: str) -> list[float]:
@@ -693,7 +694,7 @@ FEATURES_LIST = [
         " validation: not judged)",
         True,
         _prior_shift,
-        reads=("prior_shift",),
+        reads=("prior_shift", "prior_shift_class_examples"),
     ),
     Feature(
         "periodic_spike_share",
@@ -938,12 +939,44 @@ REFERENCE_FLOOR = 30
 
 
 def too_few_for_references(measurements: Mapping) -> str | None:
-    """Why the features resting on the quick references are not judged on this run (None: they are)."""
+    """Why the features resting on the quick references are not judged on this run (None: they are).
+
+    The floor reads the distinct held-out examples: forty rows that are eight examples repeated are eight draws.
+    A record from before the distinct rows were counted (schema 24) is read on its examples alone.
+    """
     held_out = _get(measurements, "reference_val_examples")
+    distinct = _get(measurements, "reference_val_distinct")
     if 0 < held_out < REFERENCE_FLOOR:
         return (
             f"the quick references were scored on {held_out:.0f} held-out examples, fewer than {REFERENCE_FLOOR}: too"
             " few to tell a shortfall from noise"
+        )
+    if 0 < distinct < REFERENCE_FLOOR:
+        return (
+            f"the quick references were scored on {held_out:.0f} held-out examples, {distinct:.0f} of them distinct,"
+            f" fewer than {REFERENCE_FLOOR}: too few to tell a shortfall from noise"
+        )
+    return None
+
+
+# The fewest validation examples of a class for its share of validation to be read against its share of training
+# (`prior_shift`). A count of n has a sampling error of about sqrt(n): at 10 a doubled share is 3 errors from the
+# expected one; at 4 it is 2, and the shift reads the largest of every class's ratios, so among a handful of classes
+# one of them doubles by chance. Fixed by that argument, not fitted; every grid and zoo problem has 12 or more of
+# each class in validation.
+PER_CLASS_FLOOR = 10
+
+
+def too_few_in_class(measurements: Mapping) -> str | None:
+    """Why the class mix's shift is not judged on this run (None: it is): its class has too few validation examples.
+
+    NaN (a record from before schema 24, or no validation): no floor to apply.
+    """
+    count = _get(measurements, "prior_shift_class_examples")
+    if 0 < count < PER_CLASS_FLOOR:
+        return (
+            f"the class it reads has {count:.0f} validation examples, fewer than {PER_CLASS_FLOOR}: too few to tell"
+            " a shifted class mix from chance"
         )
     return None
 

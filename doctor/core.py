@@ -77,7 +77,7 @@ from torch import nn
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
-from analysis.features import FEATURES, RESTS_ON_REFERENCES, features, too_few_for_references
+from analysis.features import FEATURES, RESTS_ON_REFERENCES, features, too_few_for_references, too_few_in_class
 from analysis.forecast import Forecast, forecast
 from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED, VERDICTS, WARNING, Finding, load_thresholds
 from analysis.rules import diagnose as rule_findings
@@ -753,7 +753,7 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     own = observed.own_evaluations
     own = own and f"judged on the loop's own losses, no evaluation of the doctor's (accuracy, validation, fits): {own}"
     beyond = _beyond_the_task(measured, observed.rows_are_positions)
-    for unjudged in (own, beyond, _too_few_examples(measured), _no_rows(observed)):
+    for unjudged in (own, beyond, _too_few_examples(measured), _too_few_in_class(measured), _no_rows(observed)):
         if unjudged:
             note = unjudged if note is None else f"{note}; {unjudged}"
     return Report(
@@ -852,6 +852,15 @@ def _too_few_examples(measured: Mapping) -> str | None:
         return None
     unjudged = [rule.verdict for rule in RULES if rule.feature in RESTS_ON_REFERENCES]
     return f"not judged: {', '.join(unjudged)}, and whether the run fell short ({why})"
+
+
+def _too_few_in_class(measured: Mapping) -> str | None:
+    """Which checks read one class's validation count that is too small to judge by (None: none, or judged)."""
+    why = too_few_in_class(measured)
+    if why is None or too_few_for_references(measured) is not None:  # already said, with every reference check
+        return None
+    reads_a_class = {f.name for f in FEATURES.values() if "prior_shift_class_examples" in f.reads}
+    return f"not judged: {', '.join(r.verdict for r in RULES if r.feature in reads_a_class)} ({why})"
 
 
 def _findings(

@@ -20,9 +20,12 @@ examples, if any:
 - `reference_loo_acc` and `reference_knn_val_acc`: how often an example's 5 nearest training neighbours agree
   with its label, on the training examples themselves (leaving each one out) and on validation. On clean
   labels the two agree; wrong training labels lower the first alone.
-- `reference_val_examples`: how many held-out examples those accuracies rest on (their sampling error).
+- `reference_val_examples`: how many held-out examples those accuracies rest on (their sampling error), and
+  `reference_val_distinct` how many of them differ (a validation set of repeated rows is as good as its distinct
+  ones).
 - `prior_shift`: how many times more frequent the class most under-represented in training is in validation
-  (1 when both share the class mix; NaN without validation).
+  (1 when both share the class mix; NaN without validation), and `prior_shift_class_examples` the validation
+  examples of that class: the count the shift rests on.
 - `data_curve_examples` and `data_curve_val_acc`: a data learning curve. The references are fitted again on
   growing shares of the same training examples (CURVE_SHARES: an eighth, a quarter, a half, all), each share a
   random subset of the next, and scored on the same held-out examples; each point is the mean of CURVE_REPEATS
@@ -59,6 +62,8 @@ COLUMNS = (
     Column("prior_shift", F64, "most under-represented training class: its validation share over its training share"),
     Column("reference_examples", I64, "distinct training examples the references were fitted on"),
     Column("reference_val_examples", I64, "held-out examples the references were scored on"),
+    Column("reference_val_distinct", I64, "distinct held-out examples (rows of inputs) the references were scored on"),
+    Column("prior_shift_class_examples", I64, "validation examples of the class prior_shift is read on"),
     Column(
         "data_curve_examples",
         list_of(I64),
@@ -81,6 +86,8 @@ EMPTY = {
     "prior_shift": math.nan,
     "reference_examples": 0,
     "reference_val_examples": 0,
+    "reference_val_distinct": 0,
+    "prior_shift_class_examples": 0,
     "data_curve_examples": [],
     "data_curve_val_acc": [],
 }
@@ -107,6 +114,7 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
     finite = np.isfinite(x).all(axis=1)
     if not finite.all() or not np.isfinite(vx).all():
         return dict(EMPTY)  # non-finite inputs are a finding of their own
+    raw_vx = vx  # distinct rows are counted before the projection and the scaling
     values, counts = np.unique(y, return_counts=True)
     majority = values[counts.argmax()]
     if x.shape[1] > MAX_FEATURES:
@@ -124,7 +132,8 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
     votes = np.array([np.bincount(np.searchsorted(values, y[row]), minlength=len(values)).argmax() for row in index])
     train_share = {v: c / len(y) for v, c in zip(values, counts, strict=True)}
     val_values, val_counts = np.unique(vy, return_counts=True)
-    shift = max(c / len(vy) / train_share.get(v, 1 / len(y)) for v, c in zip(val_values, val_counts, strict=True))
+    shifts = [c / len(vy) / train_share.get(v, 1 / len(y)) for v, c in zip(val_values, val_counts, strict=True)]
+    shifted = int(np.argmax(shifts))
     return {
         "baseline_val_acc": float((vy == majority).mean()),
         "reference_val_acc": full,
@@ -132,11 +141,18 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
         "reference_linear_val_acc": float(linear.score(vx, vy)),
         "reference_loo_acc": float((values[votes] == y).mean()),
         "reference_knn_val_acc": float(neighbours.score(vx, vy)),
-        "prior_shift": float(shift) if validated else math.nan,
+        "prior_shift": float(shifts[shifted]) if validated else math.nan,
+        "prior_shift_class_examples": int(val_counts[shifted]) if validated else 0,
         "reference_examples": len(y),
         "reference_val_examples": len(vy),
+        "reference_val_distinct": _distinct_rows(raw_vx),
         **_data_curve(x, y, vx, vy, full, rng),
     }
+
+
+def _distinct_rows(rows: np.ndarray) -> int:
+    """How many of the rows differ (exact bytes: a copied example is the same row, a re-normalised one is not)."""
+    return len({row.tobytes() for row in np.ascontiguousarray(rows)})
 
 
 def _references(x, y, vx, vy) -> tuple["RidgeClassifier", "KNeighborsClassifier", float]:

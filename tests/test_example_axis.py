@@ -1,5 +1,7 @@
 """The example axis is decided once per run, and the quick references are judged only on enough examples.
 
+Enough means distinct examples, and for a check that reads one class's share, enough of that class.
+
 A sequence-first loop at batch size 1 (the char-RNN tutorial: a name as a (letters, 1, features) stack, one target)
 has one example per batch, not one per letter; a one-letter name happens to have as many input rows as targets,
 which must not make the doctor fit references on the one-letter names alone. And references scored on a handful
@@ -8,12 +10,14 @@ of held-out examples are noise: the checks resting on them are not judged, and t
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analysis.features import REFERENCE_FLOOR, RESTS_ON_REFERENCES, features
+from analysis.features import PER_CLASS_FLOOR, REFERENCE_FLOOR, RESTS_ON_REFERENCES, features
 from doctor import Doctor
+from harness.reference import reference_fit
 
 
 class LetterRNN(nn.Module):
@@ -39,9 +43,9 @@ def names(count, seed=0):
     return batches
 
 
-def trained(model, optimizer, batches, epochs=1):
+def trained(model, optimizer, batches, epochs=1, validation=None):
     """A plain cross-entropy loop with the doctor's three lines; the doctor's report."""
-    doctor = Doctor(model, optimizer, F.cross_entropy)
+    doctor = Doctor(model, optimizer, F.cross_entropy, validation=validation)
     for _ in range(epochs):
         for x, y in doctor.watch(batches):
             loss = F.cross_entropy(model(x), y)
@@ -87,3 +91,65 @@ def test_the_floor_leaves_runs_with_enough_held_out_examples_alone():
     }
     assert features(enough)["skill_shortfall"] > 0.5
     assert math.isnan(features({**enough, "reference_val_examples": REFERENCE_FLOOR - 1})["skill_shortfall"])
+
+
+def blobs(count, classes=3, seed=0, counts=None):
+    """`count` points around one centre per class (or `counts[k]` of class k), labels in class order."""
+    generator = torch.Generator().manual_seed(seed)
+    centres = 3 * torch.randn(classes, 6, generator=torch.Generator().manual_seed(99))
+    labels = torch.arange(count) % classes if counts is None else torch.repeat_interleave(torch.tensor(counts))
+    return centres[labels] + torch.randn(len(labels), 6, generator=generator), labels
+
+
+def mlp_run(validation, train=None):
+    """A small MLP fitted with Adam on `train` (600 balanced blobs), judged with `validation`."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    inputs, labels = blobs(600) if train is None else train
+    batches = [(inputs[i : i + 32], labels[i : i + 32]) for i in range(0, len(labels), 32)]
+    return trained(model, optimizer, batches, epochs=2, validation=validation)
+
+
+def test_references_on_repeated_validation_rows_are_judged_on_the_distinct_ones():
+    inputs, labels = blobs(8, seed=1)
+    repeated = [(inputs.repeat(8, 1), labels.repeat(8))]  # 64 rows, 8 examples
+    report = mlp_run(repeated)
+    assert report.measurements["reference_val_examples"] == 64
+    assert report.measurements["reference_val_distinct"] == 8
+    assert "8 of them distinct" in report.note and "shuffled_labels" in report.note
+    assert all(math.isnan(report.features[name]) for name in RESTS_ON_REFERENCES)
+    assert report.verdict == "healthy"
+
+
+def test_a_class_with_too_few_validation_examples_leaves_the_class_mix_unjudged():
+    # Training lost most of class 2 (10 of 200), and validation holds 6 of it: three times its training share, but
+    # six examples say little of a share.
+    train = blobs(0, counts=[200, 200, 10], seed=2)
+    report = mlp_run([blobs(0, counts=[30, 30, 6], seed=3)], train=train)
+    assert report.measurements["prior_shift"] > 2 and report.measurements["prior_shift_class_examples"] == 6
+    assert f"class_imbalance (the class it reads has 6 validation examples, fewer than {PER_CLASS_FLOOR}" in report.note
+    assert math.isnan(report.features["prior_shift"]) and report.verdict != "class_imbalance"
+    # The same loss of training examples, held against a validation set with enough of the class: judged.
+    judged = mlp_run([blobs(0, counts=[60, 60, 60], seed=3)], train=train)
+    assert judged.measurements["prior_shift_class_examples"] == 60 and judged.features["prior_shift"] > 2
+    assert "class_imbalance (" not in (judged.note or "")
+
+
+def test_the_counts_the_floors_read_are_the_distinct_rows_and_the_shifted_class():
+    inputs, labels = blobs(0, counts=[100, 100, 20])
+    val_inputs, val_labels = blobs(0, counts=[20, 20, 12], seed=4)
+    val_inputs[1] = val_inputs[0]  # one copy: 51 distinct of 52
+    fitted = reference_fit(inputs, labels, val_inputs, val_labels)
+    assert fitted["reference_val_examples"] == 52 and fitted["reference_val_distinct"] == 51
+    # Class 2 has 20/220 of training and 12/52 of validation: the largest shift, read on its 12 examples.
+    assert fitted["prior_shift"] == pytest.approx(12 / 52 / (20 / 220))
+    assert fitted["prior_shift_class_examples"] == 12
+
+
+@pytest.mark.parametrize("count", [PER_CLASS_FLOOR - 1, PER_CLASS_FLOOR])
+def test_the_per_class_floor_reads_the_shifted_class_count(count):
+    measured = {"prior_shift": 3.0, "prior_shift_class_examples": count, "reference_val_examples": 200}
+    assert math.isnan(features(measured)["prior_shift"]) == (count < PER_CLASS_FLOOR)
+    # A record from before the count was kept is judged as it was.
+    assert features({"prior_shift": 3.0, "reference_val_examples": 200})["prior_shift"] == 3.0
