@@ -27,6 +27,8 @@ def optional_records(folder: str | Path) -> pd.DataFrame | None:
 def load_records(folder: str | Path) -> pd.DataFrame:
     """Every record in `folder` as one DataFrame (one row per cell, the columns of harness.records.SCHEMA).
 
+    `folder` may also be one record's .parquet file: that record alone.
+
     Records written by an older schema version load too, with the columns added since left empty (a warning
     says how many; `make sweep` measures them again), but only in a folder that holds no record of the current
     version: next to current records they are left out (with a warning), because a measurement may mean
@@ -36,7 +38,12 @@ def load_records(folder: str | Path) -> pd.DataFrame:
     ignored. Duplicate cell ids are refused.
     """
     folder = Path(folder)
-    paths = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
+    if folder.is_file():  # one record's file: read alone, under the same rules as a folder of one
+        paths = [folder]
+    else:
+        paths = (
+            sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
+        )
     tables, old_tables, skipped = [], [], {}
     for path in paths:
         try:
@@ -74,6 +81,8 @@ def load_records(folder: str | Path) -> pd.DataFrame:
             stacklevel=2,
         )
         tables = old_tables
+    if not tables and folder.is_file():
+        raise NoRecords(f"{folder} is no record of this project: `make sweep` writes one .parquet file per cell")
     if not tables:
         raise NoRecords(f"no records in {folder}: `make sweep RUNS={folder}` produces them")
     frame = pa.concat_tables(tables).to_pandas()

@@ -23,8 +23,9 @@ Exit status:
   3  the recipe's own code raised an exception (a syntax error, an error in its model, loss or data code):
      its traceback is printed on standard error, from the recipe's own frames where there are any (a
      traceback through the doctor's frames alone is a bug in the doctor: please report it)
-  130  Ctrl-C with nothing to report, said in one line `error: interrupted (Ctrl-C) ...`: before the first
-     training step, or again while the doctor measured the end of the run
+  130  Ctrl-C with nothing to report, said in one line `error: interrupted (Ctrl-C) ...`: while the doctor
+     started (torch's import), before the first training step, or again while the doctor measured the end of
+     the run
 """
 
 import argparse
@@ -37,9 +38,14 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-from doctor.core import CannotJudge, Interrupted
-from doctor.recipe import __doc__ as RECIPE_HELP
-from doctor.recipe import load, run
+STARTING = "error: interrupted (Ctrl-C) while the doctor started: nothing to report"
+try:  # torch and the doctor take a second or more to import: a Ctrl-C then is one line too, not a traceback
+    from doctor.core import CannotJudge, Interrupted
+    from doctor.recipe import __doc__ as RECIPE_HELP
+    from doctor.recipe import load, run
+except KeyboardInterrupt:
+    print(STARTING, file=sys.stderr)
+    sys.exit(130)
 
 HEALTHY, FAULT, CANNOT_JUDGE, USER_ERROR, INTERRUPTED = 0, 1, 2, 3, 130  # 130: a shell's status after Ctrl-C
 
@@ -131,6 +137,9 @@ def _writable(path: str | None, option: str) -> None:
     folder = target.parent
     if target.is_dir():
         raise OptionError(f"{option} {path} is a folder: name a file in it (e.g. {target / 'report'})")
+    existing = next((above for above in (folder, *folder.parents) if above.exists()), None)
+    if existing is not None and not existing.is_dir():  # the path runs through a file
+        raise OptionError(f"{option} {path}: {existing} is a file, not a folder; name a file in a folder")
     if not folder.is_dir():
         raise OptionError(f"{option} {path}: its folder {folder} does not exist; create it, or name another file")
     if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):

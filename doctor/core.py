@@ -64,6 +64,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -198,6 +199,28 @@ def refusing():
         raise UnsupportedTask(str(error)) from None
 
 
+NO_VALIDATION = "no validation given"
+
+
+@contextlib.contextmanager
+def streams_kept(device: torch.device | None = None) -> Iterator[None]:
+    """Run the block, then put back every random stream a program may draw from as the block found it.
+
+    Torch's CPU generator (and the device's, on CUDA), numpy's global generator and Python's `random`. The doctor's
+    own passes draw from them, or import what does: scikit-learn's first import (the quick references, at the
+    report) imports `rich`, which draws from Python's `random` as it loads, so a seeded program's draws after
+    report() differed with the doctor and without it.
+    """
+    python, legacy = random.getstate(), np.random.get_state()
+    devices = [device] if device is not None and device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(legacy)
+
+
 class OwnReading:
     """The user's validation batches, as the doctor reads them: without drawing on the run's random stream.
 
@@ -209,11 +232,21 @@ class OwnReading:
     """
 
     def __init__(self, batches: Iterable):
+        if isinstance(batches, Iterator):  # a generator: the doctor's second pass would find it spent
+            raise UnsupportedTask(
+                f"validation is a one-pass iterator ({type(batches).__name__}): the doctor reads it before the first"
+                " step and again at the report; pass a list of batches or a DataLoader"
+            )
         self.batches = batches
+        self.read_none = False  # the last pass yielded no batch (an empty loader: judged as without validation)
 
     def __iter__(self) -> Iterator:
-        with torch.random.fork_rng(devices=[]):
-            yield from self.batches
+        read = 0
+        with streams_kept():
+            for batch in self.batches:
+                read += 1
+                yield batch
+        self.read_none = read == 0
 
 
 class Doctor:
@@ -501,7 +534,7 @@ class Doctor:
             ranks = distributed.gather(self.ranks.evidence()) if self.ranks is not None else None
             if self.ranks is not None:
                 self.ranks.close()
-            with refusing():
+            with refusing(), streams_kept(self._device):  # the run's random streams as the loop left them
                 measured = self._measurements()
             device = next(self.model.parameters()).device
             out_of_memory = str(self.error) if isinstance(self.error, torch.OutOfMemoryError) else None
@@ -514,6 +547,7 @@ class Doctor:
                 out_of_memory=out_of_memory,
                 nonfinite=self.nonfinite.origin,
                 unmemorized=self.unmemorized,
+                unvalidated=self._unvalidated(),
                 memorized_on=self.memorized_on,
                 cost=self.cost,
                 stopped=self.stopped,
@@ -524,6 +558,14 @@ class Doctor:
                 ranks=ranks,
             )
         return self._observed
+
+    def _unvalidated(self) -> str:
+        """Why the run is judged without validation ("" where it is not)."""
+        if self.validation is None:
+            return NO_VALIDATION
+        if self.validation.read_none:
+            return "the validation given yielded no batch: judged as without validation"
+        return ""
 
     def measurements(self) -> dict:
         """Everything measured, keyed like the grid's record columns (NaN where it could not be measured).
@@ -567,20 +609,19 @@ class Doctor:
         probes = Probes(
             memorize_steps=self.memorize_steps, capacity_steps=self.capacity_steps, forward=self.layout.forward
         )
-        # The fresh models' fits train in training mode (dropout draws from the random streams): the run's streams are
-        # put back after them, so that the user's code after report() draws what it would have without the doctor.
-        device = self._device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            after = end_of_run(
-                self.model_factory,
-                self.task_loss,
-                probes,
-                self._memorize_on(not_rows),
-                self._capacity_on(not_rows),
-                self.instruments.kept_examples(),
-                self._held_out(),
-                self._capacity_held_out(not_rows),
-            )
+        # The fresh models' fits train in training mode (dropout draws from the random streams): finish() puts the
+        # run's streams back after them, so that the user's code after report() draws what it would have without the
+        # doctor.
+        after = end_of_run(
+            self.model_factory,
+            self.task_loss,
+            probes,
+            self._memorize_on(not_rows),
+            self._capacity_on(not_rows),
+            self.instruments.kept_examples(),
+            self._held_out(),
+            self._capacity_held_out(not_rows),
+        )
         if self.cost is not None:  # what the doctor spent after the loop, and the caps its fits ran under
             self.cost = dataclasses.replace(
                 self.cost, after_s=time.perf_counter() - after_started, after_caps=_fit_caps(probes, after)
@@ -715,6 +756,7 @@ class Observed:
     out_of_memory: str | None = None  # the error, where the loop ran out of memory
     nonfinite: Origin | None = None  # where the first NaN or inf came from (harness/instruments/nonfinite.py)
     unmemorized: str = "no model factory given"  # why memorization was not measured, if it was not
+    unvalidated: str = NO_VALIDATION  # why the run was judged without validation ("" where it was not)
     memorized_on: int = 0  # examples memorization fitted
     cost: Cost | None = None  # what the doctor's instruments cost on the loop (None: watched without a budget)
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
@@ -753,7 +795,8 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     own = observed.own_evaluations
     own = own and f"judged on the loop's own losses, no evaluation of the doctor's (accuracy, validation, fits): {own}"
     beyond = _beyond_the_task(measured, observed.rows_are_positions)
-    for unjudged in (own, beyond, _too_few_examples(measured), _too_few_in_class(measured), _no_rows(observed)):
+    empty = observed.unvalidated if observed.unvalidated != NO_VALIDATION else None  # given, and read as none
+    for unjudged in (empty, own, beyond, _too_few_examples(measured), _too_few_in_class(measured), _no_rows(observed)):
         if unjudged:
             note = unjudged if note is None else f"{note}; {unjudged}"
     return Report(

@@ -94,7 +94,7 @@ def bigger_machine(observed: "Observed", verdict: str, starved_threshold: float)
     """
     measured = observed.measurements
     checks = (
-        _improves(measured, observed.val_start),
+        _improves(measured, observed.val_start, observed.unvalidated),
         _memorizes(observed),
         _no_fault_named(verdict),
         _loader_keeps_up(measured, starved_threshold),
@@ -145,8 +145,11 @@ def _memorizes(observed: "Observed") -> Check:
     return Check(name, memorized < 0.1 * ln_c, said)
 
 
-def _improves(measured: Mapping, val_start: tuple[float, float] | None) -> Check:
-    """Whether the run got better: validation score up 5 points, or else the training loss halved."""
+def _improves(measured: Mapping, val_start: tuple[float, float] | None, unvalidated: str = "") -> Check:
+    """Whether the run got better: validation score up 5 points, or else the training loss halved.
+
+    `unvalidated`: why there is no validation score to read, said beside the training loss's fall.
+    """
     name = "it learns"
     task = measured.get("task")
     nonfinite = measured["nonfinite_losses"]
@@ -161,7 +164,9 @@ def _improves(measured: Mapping, val_start: tuple[float, float] | None) -> Check
     curve = measured["train_loss_curve"]
     tenth = max(1, len(curve) // 10)
     head, tail = sum(curve[:tenth]) / tenth, sum(curve[-tenth:]) / tenth
-    said = f"training loss {head:.3g} -> {tail:.3g} over the first and last tenth (no validation given)"
+    said = (
+        f"training loss {head:.3g} -> {tail:.3g} over the first and last tenth ({unvalidated or 'no validation score'})"
+    )
     return Check(name, tail < 0.5 * head, said)
 
 

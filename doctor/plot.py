@@ -321,9 +321,15 @@ def _grad_norm_panel(ax, m: Mapping) -> None:
     total = _floats(m.get("grad_norm_curve"))
     title = "total gradient norm at each census"
     if not steps or len(steps) != len(total) or not _finite(total):
-        _not_measured(ax, title, "no gradient census" if not steps else "")
+        why = "no gradient census" if not steps else "NaN or inf gradients at every census" if total else ""
+        _not_measured(ax, title, why)
         return
     ax.plot(steps, total, marker="o", color="tab:green", label="norm of all gradients together")
+    unread = [step for step, norm in zip(steps, total, strict=True) if not math.isfinite(norm)]
+    if unread:  # a gap in the line, and a mark on the axis where it is
+        ax.plot(unread, [0] * len(unread), "x", color="tab:red", transform=ax.get_xaxis_transform(), clip_on=False)
+        ax.plot([], [], "x", color="tab:red", label=f"NaN or inf gradients ({len(unread)} censuses)")
+        ax.legend(fontsize=7)
     _log_if_positive(ax, total)
     ax.set_title(title)
     ax.set_xlabel("census step")

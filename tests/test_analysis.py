@@ -244,6 +244,19 @@ def test_records_of_an_older_schema_are_left_out_beside_current_ones(tmp_path):
     assert frame.cell_id.tolist() == ["new"]
 
 
+def test_one_record_file_loads_alone_and_a_foreign_file_is_named(tmp_path):
+    folder = tmp_path / "records"
+    for key in ("one", "two"):
+        write_record(
+            {**record().to_dict(), "cell_id": key, "started_at": None, "schema_version": SCHEMA_VERSION}, folder
+        )
+    assert load_records(folder / "two.parquet").cell_id.tolist() == ["two"]
+    (tmp_path / "notes.parquet").write_text("not parquet")
+    with pytest.raises(NoRecords, match=r"notes\.parquet is no record of this project"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        load_records(tmp_path / "notes.parquet")
+
+
 @pytest.mark.slow
 def test_no_records_says_which_command_makes_them(tmp_path):
     with pytest.raises(NoRecords, match="make sweep"):

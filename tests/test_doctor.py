@@ -428,6 +428,28 @@ def test_the_command_line_refuses_a_broken_recipe(tmp_path):
     )
 
 
+def test_an_empty_validation_is_named_and_a_one_pass_one_refused_at_once():
+    torch.manual_seed(0)
+    net = SmallCNN()
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    # A generator would be spent by the doctor's first evaluation, before the first step: said at construction.
+    with pytest.raises(ValueError, match=r"^validation is a one-pass iterator \(generator\).*a DataLoader$"):
+        Doctor(net, optimizer, loss_fn, validation=(batch for batch in DataLoader(VAL, batch_size=64)))
+    # An empty loader: read, found empty, and the report says the run was judged as without validation.
+    doctor = Doctor(net, optimizer, loss_fn, [b for _ in range(2) for b in training_batches()], validation=[])
+    for x, y in doctor:
+        loss = loss_fn(net(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+    report = doctor.report()
+    assert "the validation given yielded no batch: judged as without validation" in report.note
+    learns = report.checklist.checks[0]
+    assert "(the validation given yielded no batch" in learns.detail and "training loss" in learns.detail
+
+
 def test_three_lines_without_validation_or_factory_still_report():
     torch.manual_seed(0)
     net = SmallCNN(batchnorm=True)

@@ -526,6 +526,11 @@ OPTIONS = {
         ["--plot", "{tmp}/missing/report.png"],
         "--plot {tmp}/missing/report.png: its folder {tmp}/missing does not exist; create it, or name another file",
     ),
+    # Before: "its folder {tmp}/not_run.py does not exist", of a file that exists.
+    "--json inside a file's path": (
+        ["--json", "{tmp}/not_run.py/out/report.json"],
+        "--json {tmp}/not_run.py/out/report.json: {tmp}/not_run.py is a file, not a folder; name a file in a folder",
+    ),
     "--json naming a folder": (
         ["--json", "{tmp}"],
         "--json {tmp} is a folder: name a file in it (e.g. {tmp}/report)",

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -291,6 +292,34 @@ def test_sigint_to_a_running_doctor_ends_with_the_report_of_the_steps_so_far(tmp
     assert match and match[2] == match[3] and int(match[2]) >= 49, out + err
     assert process.returncode == (0 if match[1] == "healthy" else 1), out + err
     assert "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_torch_is_imported_is_one_line_and_exit_status_130(tmp_path):
+    # Before: 14 to 35 lines of importlib's and torch's frames, once a RecursionError blamed on the recipe (exit 3).
+    path = write(tmp_path, "plain", "")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "doctor", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as above
+    )
+    try:
+        maps, deadline = Path(f"/proc/{process.pid}/maps"), time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline and "libtorch" not in maps.read_text():
+            time.sleep(0.01)  # until torch's libraries are being loaded: its import has begun, and lasts a second
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert (process.returncode, out, err) == (
+        130,
+        "",
+        "error: interrupted (Ctrl-C) while the doctor started: nothing to report\n",
+    )
 
 
 # ----- the doctor's own fits cut short (the benchmarks' tests: BENCHMARK_FIT_STEPS_CAP) --------------------------

@@ -153,3 +153,31 @@ def test_the_command_line_writes_the_figure_and_keeps_its_status(tmp_path, capsy
     assert plotted == plain
     assert out.read_bytes()[:8] == PNG
     assert f"figure written to {out}" in capsys.readouterr().err
+
+
+def test_nan_gradients_are_recorded_as_nan_and_drawn_as_gaps():
+    """A census whose gradients are NaN: before, its total norm was the sum over the other (none): 0.0."""
+    from doctor import Doctor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    doctor = Doctor(model, optimizer, nn.functional.cross_entropy, census_every=1)
+    for step, (x, y) in enumerate(doctor.watch(list(batches()))):
+        x = torch.full_like(x, math.nan) if step == 3 else x
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        doctor.after_backward(loss)
+        if torch.isfinite(loss):  # a loop that skips a step whose loss is not finite: the weights stay finite
+            optimizer.step()
+    report = doctor.report()
+    curve = report.measurements["grad_norm_curve"]
+    steps = list(report.measurements["census_steps"])
+    assert math.isnan(curve[steps.index(3)]) and all(math.isfinite(n) for i, n in enumerate(curve) if steps[i] != 3)
+    made = figure_of(report)
+    try:
+        ax = panel(made, "grad_norm_curve")
+        assert "NaN or inf gradients (1 censuses)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        pyplot().close(made)

@@ -98,7 +98,8 @@ class GradientCensus(Collector):
             zero_shares.append(n_zero / grad.numel())
             zeros += n_zero
             elements += grad.numel()
-        total_norm = math.sqrt(sum(n * n for n in norms if not math.isnan(n)))
+        # Over the gradients there are: a missing one (None) is left out, a NaN one makes the total NaN, as it is.
+        total_norm = math.sqrt(sum(n * n for n, grad in zip(norms, grads, strict=True) if grad is not None))
         # First over last weight matrix (or kernel) with a gradient: far below 1 when gradients vanish on their
         # way back to the input, as through a deep stack of sigmoids.
         matrices = [n for (_, p), n in zip(named_params, norms, strict=True) if p.dim() >= 2 and not math.isnan(n)]
