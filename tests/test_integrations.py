@@ -152,6 +152,14 @@ def test_lightning_healthy_fit_is_called_healthy_and_logged(pl, caplog):
     assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
 
 
+@pytest.mark.slow
+def test_lightning_bf16_mixed_on_the_cpu_is_judged_as_in_fp32(pl):
+    doctor = lightning_fit(pl, loss_fn=None, precision="bf16-mixed")
+    report = doctor.report
+    assert report is not None and report.verdict == "healthy" and report.steps == 200, str(report)
+    assert report.measurements["first_loss"] == pytest.approx(math.log(10), rel=0.1)
+
+
 def test_lightning_fit_with_a_rate_far_too_high_is_named_and_its_report_shown_once(pl, capsys):
     # A user's script: logging to stderr (logging.basicConfig), and the report printed. The report's text must
     # appear once: the callback logs the verdict and where to see the report, not the report.
@@ -427,6 +435,17 @@ def test_hugging_face_healthy_training_is_called_healthy_and_logged(hf, tmp_path
     assert [r.levelno for r in logged] == [logging.INFO] and "verdict: healthy" in logged[0].getMessage()
     as_dict = doctor.report_dict()
     assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
+
+
+@pytest.mark.slow
+def test_hugging_face_bf16_training_on_the_cpu_is_judged_as_in_fp32(hf, tmp_path):
+    # Before: "the doctor saw no training step". accelerate casts each output tensor to fp32 apart, so the loss the
+    # Trainer back-propagates does not pass through the cast logits the callback hooked.
+    doctor = hf_train(hf, tmp_path, bf16=True)
+    report = doctor.report
+    assert report is not None, doctor.cannot_judge
+    assert report.verdict == "healthy" and report.steps == 300, str(report)
+    assert report.measurements["first_loss"] == pytest.approx(math.log(CLASSES), rel=0.1)
 
 
 @pytest.mark.slow

@@ -8,9 +8,11 @@
 
 A TrainerCallback is shown neither the batch nor the loss, so the callback watches the model instead: a forward
 pre-hook sees each training batch (the Trainer calls model(**batch), so the keyword arguments are the batch), a
-forward hook reads the loss and hooks the output the loss reads, and that hook tells the doctor when the backward
-pass through it has ended. Forwards under torch.no_grad() or in eval mode (evaluation, prediction) and the
-doctor's own forwards are not training batches and are left alone.
+forward hook reads the loss and hooks the model's own loss and the output the loss reads, and the first of them
+the backward reaches tells the doctor when the backward pass has ended (under bf16 or fp16 the Trainer's loss is
+cast to fp32 apart from the logits, so its backward never passes through the cast logits). Forwards under
+torch.no_grad() or in eval mode (evaluation, prediction) and the doctor's own forwards are not training batches and
+are left alone.
 
 `loss_fn(logits, labels)` must compute the loss the way the model does. Left out, the doctor uses the loss the
 targets imply, as the Trainer's heads compute it: cross-entropy for integer labels, binary cross-entropy on the
@@ -198,6 +200,7 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
         if logits is None or not logits.requires_grad:
             return
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        own_loss = loss  # the model's own, in the graph the Trainer's backward runs through (if the model gave one)
         targets = self.doctor.instruments.last_targets  # split by see()
         divided = any(k in kwargs for k in TRAINER_KWARGS)  # the model's loss may be divided over a whole group
         if self._loss_unchecked and torch.is_tensor(loss):
@@ -215,9 +218,18 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
         # on_pre_optimizer_step come after clip_grad_norm_: the census would read clipped gradients, and the
         # clipping reading would always find nothing clipped). A hook on the output fires during backward;
         # a callback it queues runs when the whole backward pass has ended, as DistributedDataParallel's does.
-        logits.register_hook(partial(self._gradient_reached_output, loss.detach()))
+        # Hooked on the model's own loss and on the logits, whichever the backward reaches first: under mixed
+        # precision (bf16=True, fp16=True) accelerate hands the Trainer each output tensor cast to fp32 apart, so
+        # the loss it back-propagates does not pass through the cast logits, and a hook there alone never fired.
+        reached = partial(self._gradient_reached_output, loss.detach(), [])
+        for tensor in (own_loss, logits):
+            if torch.is_tensor(tensor) and tensor.requires_grad:
+                tensor.register_hook(reached)
 
-    def _gradient_reached_output(self, loss: torch.Tensor, _grad: torch.Tensor) -> None:
+    def _gradient_reached_output(self, loss: torch.Tensor, queued: list, _grad: torch.Tensor) -> None:
+        if queued:  # the backward reached the other tensor hooked for this forward first
+            return
+        queued.append(True)
         if not queue_after_backward(partial(self._call, "after_backward", loss)):
             # No way, in this torch, to run once the whole backward pass has ended: rather than read gradients
             # half filled, or after the Trainer clipped them, the doctor gives up on this run (it says so).
