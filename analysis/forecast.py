@@ -48,13 +48,20 @@ INTERVAL_SCALE = 1.41  # the power law's standard error widened to cover 90% of 
 
 @dataclass(frozen=True)
 class Forecast:
-    """The training loss a run would reach if it went on: at each of MULTIPLES x its steps, a value and a 90% range."""
+    """The training loss a run would reach if it went on: at each of MULTIPLES x its steps, a value and a 90% range.
+
+    The range is shown inside what the loss can be: never above where the run stands now (the forecast never is,
+    nor any curve of its form), and never below 0 for a loss that never went below 0 in the run (cross-entropy,
+    squared error: `nonnegative`). A fit's error carried to twice the steps is often wider than the loss itself
+    ("0.166 +- 9" on a loss of 1.05), which said nothing a reader could use.
+    """
 
     form: str
     steps: int
     first: float  # the loss of the first stretch (a median)
     now: float  # the loss of the last stretch (a median): where the run stands
     at: dict[int, tuple[float, float]]  # steps -> (forecast loss, half-width of its 90% interval)
+    nonnegative: bool = True  # no loss of the run was below 0: the range stops at 0
 
     def gain_share(self, multiple: int = 4) -> float:
         """The fall from now to `multiple` x the steps, as a share of the fall so far (NaN when nothing fell)."""
@@ -64,17 +71,26 @@ class Forecast:
         value, _ = self.at[multiple * self.steps]
         return max(self.now - value, 0.0) / fall
 
-    def line(self, multiple: int = 2) -> str:
-        """`training loss at 2x the steps (400): 0.31 +- 0.04 (now 0.45)`, for the report."""
-        steps = multiple * self.steps
+    def range_at(self, steps: int) -> tuple[float, float]:
+        """The 90% range of the forecast at `steps`, held inside what the loss can be (the class docstring)."""
         value, half = self.at[steps]
-        return f"training loss at {multiple}x the steps ({steps}): {value:.3g} +- {half:.2g} (now {self.now:.3g})"
+        low = value - half
+        return (max(low, 0.0) if self.nonnegative else low), min(value + half, self.now)
+
+    def _said(self, steps: int) -> str:
+        low, high = self.range_at(steps)
+        return f"{self.at[steps][0]:.3g} ({low:.2g} to {high:.2g})"
+
+    def line(self, multiple: int = 2) -> str:
+        """`training loss at 2x the steps (400): 0.31 (0.27 to 0.35), now 0.45`, for the report."""
+        steps = multiple * self.steps
+        return f"training loss at {multiple}x the steps ({steps}): {self._said(steps)}, now {self.now:.3g}"
 
     def summary(self) -> str:
-        """Every forecast in one line: `training loss now 0.45; at 2x the steps (400) 0.31 +- 0.04; at 4x ...`."""
+        """Every forecast in one line: `training loss now 0.45; at 2x the steps (400) 0.31 (0.27 to 0.35); ...`."""
         parts = [f"training loss now {self.now:.3g}"]
-        for steps, (value, half) in self.at.items():
-            parts.append(f"at {steps // self.steps}x the steps ({steps}) {value:.3g} +- {half:.2g}")
+        for steps in self.at:
+            parts.append(f"at {steps // self.steps}x the steps ({steps}) {self._said(steps)}")
         return "; ".join(parts) + " (90% ranges)"
 
 
@@ -158,7 +174,7 @@ def _forecast(raw: bytes, form: str, interval_scale: float) -> Forecast | None:
         value = min(float(FORMS[form](t, *params)), now)
         half = Z_90 * interval_scale * _standard_error(form, params, covariance, t)
         at[multiple * n] = (value, half)
-    return Forecast(form=form, steps=n, first=float(medians[0]), now=now, at=at)
+    return Forecast(form=form, steps=n, first=float(medians[0]), now=now, at=at, nonnegative=bool(values.min() >= 0))
 
 
 # The study: how well the forecast carries a run forward, measured on runs that went on (`python -m analysis

@@ -1350,7 +1350,9 @@ def probe(
             # The doctor has split this batch already (into inputs and targets, as the layout reads them).
             x, y = doctor.instruments.last_inputs, doctor.instruments.last_targets
             x, y = to_device(x, device), y.to(device, non_blocking=True)
-            loss = loss_fn(layout.forward(model, x), y)
+            # The loss as the doctor reads the task (a sequence's on its positions, as nn.CrossEntropyLoss takes
+            # them: (B, T, V) logits would raise in it), the recipe's own where the task says nothing more.
+            loss = (doctor.task_loss or loss_fn)(layout.forward(model, x), y)
             optimizer.zero_grad()
             loss.backward()
             doctor.after_backward(loss)
@@ -1466,7 +1468,12 @@ class Report:
                 "form": self.forecast.form,
                 "now": self.forecast.now,
                 "at": [
-                    {"steps": steps, "value": value, "plus_minus_90": half}
+                    {
+                        "steps": steps,
+                        "value": value,
+                        "plus_minus_90": half,
+                        "range_90": list(self.forecast.range_at(steps)),
+                    }
                     for steps, (value, half) in self.forecast.at.items()
                 ],
             },

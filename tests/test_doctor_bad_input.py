@@ -664,3 +664,53 @@ def test_a_healthy_run_exits_0(tmp_path, capsys):
     status, out, err = doctor_cli(capsys, write(tmp_path, "healthy", healthy))
     assert status == 0, out + err
     assert out.startswith("verdict: healthy") and "(from 50 training steps)" in out.splitlines()[0]
+
+
+# ----- the probe loop calls the recipe's loss as the doctor reads the task ------------------------------------------
+LANGUAGE_MODEL = """
+import torch
+from torch import nn
+
+V, T = 16, 8
+SEQUENCE = (torch.arange(4096) * 3) % V  # a text whose next token is always known
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.rnn, self.head = nn.Embedding(V, 32), nn.GRU(32, 32, batch_first=True), nn.Linear(32, V)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0])  # (batch, time, V)
+
+
+def model():
+    return TinyLM()
+
+
+def batches():
+    generator = torch.Generator().manual_seed(0)
+    while True:
+        starts = torch.randint(0, len(SEQUENCE) - T - 1, (8,), generator=generator)
+        yield (
+            torch.stack([SEQUENCE[s : s + T] for s in starts]),
+            torch.stack([SEQUENCE[s + 1 : s + T + 1] for s in starts]),
+        )
+
+
+loss = nn.CrossEntropyLoss()  # takes (N, V) rows or (batch, V, time): not (batch, time, V)
+
+
+def optimizer(params):
+    return torch.optim.Adam(params, lr=1e-2)
+
+
+STEPS = 100
+"""
+
+
+def test_a_language_model_recipe_with_a_loss_module_is_judged_by_the_probe(tmp_path, capsys):
+    # Before: exit 3, "Expected target size [8, 16], got [8, 8]" from the doctor's own loop, blamed on the recipe.
+    status, out, err = doctor_cli(capsys, write(tmp_path, "tiny_lm", base=LANGUAGE_MODEL))
+    assert status == 0 and out.startswith("verdict: healthy"), out + err
+    assert "the loss: cross_entropy on (64, 16) vs (64,)" in out

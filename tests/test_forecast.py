@@ -104,3 +104,18 @@ def test_the_doctors_report_carries_the_forecast():
     assert "at 2x the steps (128)" in str(report) and "at 4x the steps (256)" in str(report)
     carried = report.to_dict()["forecast"]
     assert carried["metric"] == "training loss" and [a["steps"] for a in carried["at"]] == [128, 256]
+
+
+def test_the_range_stays_inside_what_the_loss_can_be():
+    # A short noisy curve whose fit is loose: its error carried forward is wider than the loss itself.
+    made = forecast([abs(v) for v in loss_curve(40, span=15, floor=0.01, noise=0.3, seed=3)])
+    assert made is not None
+    for steps, (value, _half) in made.at.items():
+        low, high = made.range_at(steps)
+        assert 0.0 <= low <= value <= high <= made.now
+    assert made.at[80][1] > made.now  # the raw interval would have reached below 0 and above now
+    assert "+-" not in made.summary() and f"now {made.now:.3g}" in made.line()
+    # A loss that went below 0 in the run (a Gaussian likelihood's) may go on below it.
+    negative = forecast([v - 1.0 for v in loss_curve(200, span=60, noise=0.05)])
+    assert negative is not None and not negative.nonnegative
+    assert negative.range_at(400)[0] < 0

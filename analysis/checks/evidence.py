@@ -34,7 +34,7 @@ def score(value, task) -> str:
 
 
 def forecast_line(measurements: Mapping) -> str:
-    """`training loss at 2x the steps (400): 0.31 +- 0.04 (now 0.45)`, or why there is no forecast."""
+    """`training loss at 2x the steps (400): 0.31 (0.27 to 0.35), now 0.45`, or why there is no forecast."""
     values = finite_losses(measurements.get("train_loss_curve"))
     made = forecast(values)
     if made is None:
