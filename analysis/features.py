@@ -331,6 +331,56 @@ def _late_drop_share(m: Mapping) -> float:
     return (before - end) / fall
 
 
+# The last stretch of a run the "still learning" reading looks at: its last quarter, and never fewer steps than this.
+LATE_STEPS = 8
+
+
+def _late_halves(m: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The run's training loss, and the two halves of its last quarter (at least LATE_STEPS steps); None: too short."""
+    curve = np.asarray(_finite_curve(m, "train_loss_curve"), dtype=float)
+    late = curve[-max(LATE_STEPS, len(curve) // 4) :]
+    if len(late) < LATE_STEPS:
+        return None
+    return curve, late[: len(late) // 2], late[len(late) // 2 :]
+
+
+def _late_fall_share(m: Mapping) -> float:
+    """The last quarter's fall (as in `_late_fall_z`) over the run's whole fall, from its first quarter's median.
+
+    0 where the loss did not fall over the run at all (nothing is left falling late); NaN under LATE_STEPS steps.
+    """
+    halves = _late_halves(m)
+    if halves is None:
+        return math.nan
+    curve, first, second = halves
+    whole = float(np.median(curve[: max(1, len(curve) // 4)])) - float(np.median(second))
+    if not whole > 0:
+        return 0.0
+    return (float(np.median(first)) - float(np.median(second))) / whole
+
+
+def _late_fall_z(m: Mapping) -> float:
+    """How far the training loss fell across the run's last quarter, in standard errors of that fall; NaN: unread.
+
+    The last quarter (at least LATE_STEPS steps, the whole run if it is shorter) is cut in two halves; the fall is the
+    first half's median less the second's. Its standard error: the spread of each step's loss about its half's
+    median (1.4826 MAD, so a spike or a bad batch moves nothing) carried to two medians (1.2533 sigma sqrt(1/n1 +
+    1/n2)). Read on the run's own noise, so the same on 20 steps and on 20,000: above 2 the run was still learning
+    when it stopped (OutcomeGate.still_learning). NaN under LATE_STEPS steps, or where the loss did not vary at all.
+    """
+    halves = _late_halves(m)
+    if halves is None:
+        return math.nan
+    _, first, second = halves
+    medians = float(np.median(first)), float(np.median(second))
+    spread = 1.4826 * float(np.median(np.abs(np.concatenate([first - medians[0], second - medians[1]]))))
+    error = 1.2533 * spread * math.sqrt(1 / len(first) + 1 / len(second))
+    fall = medians[0] - medians[1]
+    if error == 0:
+        return math.nan if fall == 0 else math.copysign(math.inf, fall)
+    return fall / error
+
+
 def _forecast_gain(m: Mapping) -> float:
     """How much more of its fall the training loss would make by 4x the steps, as a share of its fall so far.
 
@@ -588,6 +638,22 @@ FEATURES_LIST = [
         "the run's own fall and length: the same share on a 20-step and a 20 000-step run",
         False,
         _late_drop_share,
+        reads=("train_loss_curve",),
+    ),
+    Feature(
+        "late_fall_z",
+        "the training loss's fall across the run's last quarter (two halves' medians), in standard errors",
+        "the run's own step-to-step noise in that stretch: the same reading on a 20-step and a 20 000-step run",
+        False,
+        _late_fall_z,
+        reads=("train_loss_curve",),
+    ),
+    Feature(
+        "late_fall_share",
+        "the training loss's fall across the run's last quarter over its whole fall (0: it never fell)",
+        "the run's own fall: a share, the same on any loss and run length",
+        False,
+        _late_fall_share,
         reads=("train_loss_curve",),
     ),
     Feature(

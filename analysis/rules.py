@@ -41,6 +41,7 @@ import numpy as np
 from analysis.checks import CHECKS, FITTED
 from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Check, Finding, Rule
 from analysis.checks.evidence import Evidence
+from analysis.checks.schedule import STILL_IMPROVING
 from analysis.features import FEATURES, feature_table, features
 
 if TYPE_CHECKING:  # pandas is loaded where a table is judged, so judging one run (the doctor) never loads it
@@ -74,6 +75,14 @@ class OutcomeGate:
     yardstick exists (regression, multi-label, a sequence task without validation or that is not next-token
     prediction), open when the training loss ended at `loss_stalled` or more of its first value, or the validation
     skill (R², per-label accuracy above the baseline) is at or under 0: a fact, not a fit.
+
+    Where the gate opens and no check names a cause, a run whose training loss was still falling beyond its noise
+    over its last quarter (`late_fall_z` over `beyond_noise`: `still_learning`) stopped too early: its verdict is
+    `still_improving`, never `unexplained_failure`, which is for a run that stopped learning and fell short. And a
+    run cut short by its user (a step or time budget, Ctrl-C: `diagnose(cut_short=True)`) is judged on its outcome
+    only once its loss had flattened (`flattened`: not still learning, and under `flat_share` of its fall so far in
+    its last quarter); before that the outcome is too early to judge, and the gate stays shut. Both read the run's
+    own noise and fall, so the same at 20 steps and at 20,000: facts, not fits.
     """
 
     name: str = "outcome_gate"
@@ -87,8 +96,12 @@ class OutcomeGate:
     # 0.99 quantile raised false alarms from 5 to 10 of 619 healthy runs and named 454 planted faults of 507 against
     # 452 (0.998: 8 and 451). The doctor says the copy's reading on its report instead (Report.clean_copy_line).
     copy_quantile: float | None = None
+    # A run whose loss has flattened puts next to nothing of its fall into its last quarter: under a tenth.
+    flat_share: float = 0.1
     # the features it needs
     reads: tuple[str, ...] = (
+        "late_fall_z",
+        "late_fall_share",
         "skill_shortfall",
         "shortfall_z",
         "loss_over_counts",
@@ -116,6 +129,28 @@ class OutcomeGate:
             return bool(over_counts >= self._counts_open_at(values))
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
+
+    def still_learning(self, values: Mapping) -> bool:
+        """The training loss still fell across the run's last quarter, by more than `beyond_noise` standard errors."""
+        return bool(values["late_fall_z"] > self.beyond_noise)
+
+    def flattened(self, values: Mapping) -> bool:
+        """The loss had stopped falling: not still learning, and under `flat_share` of its fall in its last quarter.
+
+        False where it cannot be read (a run under 8 steps): a run cut that early is too early to judge.
+        """
+        return not self.still_learning(values) and bool(values["late_fall_share"] <= self.flat_share)
+
+    def too_early(self, values: Mapping) -> str:
+        """Why the outcome of a run cut before its loss flattened is not judged (the report's words)."""
+        z, share = values["late_fall_z"], values["late_fall_share"]
+        if math.isnan(z):
+            return "too early to judge the outcome: the run was cut before 8 training steps"
+        return (
+            "too early to judge the outcome: the run was cut while its training loss had not flattened (its last"
+            f" quarter fell {z:.1f} standard errors, {share:.0%} of its fall so far; judged once it falls by no more"
+            f" than {self.beyond_noise:.0f} standard errors and under {self.flat_share:.0%})"
+        )
 
     def _counts_open_at(self, values: Mapping) -> float:
         """Where the gate opens on loss_over_counts: 1, plus `beyond_noise` standard errors of the counts' loss."""
@@ -359,14 +394,17 @@ def diagnose(
     rules: list[Rule] = RULES,
     thresholds: dict[str, float] | None = None,
     facts: list[Check] = GRID_FACTS,
+    cut_short: bool = False,
 ) -> list[Finding]:
     """The findings on one run's measurements: the verdict first, then the other failing findings, then warnings.
 
     The verdict is the first failing finding, the `facts` first (judged on record columns, no fitted threshold),
-    then the rules in order; without one, `unexplained_failure` when the outcome gate is open and `healthy`
-    otherwise. `measurements` is a plain mapping (a record as a dict or Series, or what the doctor measured);
-    without `thresholds`, those of the budget nearest to the run's `steps` are used. Thresholds without the gate's
-    (the naive rules) judge every rule as failing and never say unexplained.
+    then the rules in order; without one, when the outcome gate is open, `still_improving` for a run still
+    learning when it stopped and `unexplained_failure` for one that was not, and `healthy` otherwise.
+    `measurements` is a plain mapping (a record as a dict or Series, or what the doctor measured); without
+    `thresholds`, those of the budget nearest to the run's `steps` are used. Thresholds without the gate's (the naive
+    rules) judge every rule as failing and never say unexplained. `cut_short`: the run was stopped before its loop
+    ended (a budget, Ctrl-C): until its loss had flattened, its outcome is too early to judge (OutcomeGate).
     """
     measurements = dict(measurements)
     if thresholds is None:
@@ -377,6 +415,9 @@ def diagnose(
     gate_threshold, copy_tolerance = thresholds.get(OUTCOME_GATE.name), thresholds.get(OUTCOME_GATE.copy_name)
     harmed = OUTCOME_GATE.is_open(values, gate_threshold, copy_tolerance)
     gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold, copy_tolerance)
+    overcame = "the run overcame it"
+    if cut_short and harmed is not None and not OUTCOME_GATE.flattened(values):
+        harmed, gate_evidence, overcame = False, OUTCOME_GATE.too_early(values), "whether the run pays for it is"
     failing = [found for found in (fact.judge_fact(measurements) for fact in facts) if found is not None]
     warnings = []
     for rule in rules:
@@ -387,16 +428,33 @@ def diagnose(
             evidence = fields.sentence(rule.evidence, value, threshold)
             margin, judged = rule.margin(value, threshold), rule.judged(value, threshold)
             if OUTCOME_GATE.is_warning(rule, harmed):
-                evidence += f"; a warning, not the verdict: the run overcame it ({gate_evidence})"
+                evidence += f"; a warning, not the verdict: {overcame} ({gate_evidence})"
                 warnings.append(Finding(rule.verdict, evidence, rule.next_step_for(fields), margin, WARNING, **judged))
             else:
                 failing.append(Finding(rule.verdict, evidence, rule.next_step_for(fields), margin, **judged))
     if failing:
         return failing + warnings
     if OUTCOME_GATE.verdict_without_failure(harmed) == UNEXPLAINED:
+        if OUTCOME_GATE.still_learning(values):
+            return [_stopped_learning_early(values, gate_evidence), *warnings]
         return [_unexplained(rules, thresholds, values, fields, gate_evidence), *warnings]
     said = f"no failing finding ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "no rule fired"
+    if overcame != "the run overcame it":  # cut short: the outcome was not judged
+        said += f"; {gate_evidence}"
     return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
+
+
+def _stopped_learning_early(values: Mapping, gate_evidence: str) -> Finding:
+    """The verdict of a run that fell short while its loss was still falling: it stopped too early, not failed."""
+    z = values["late_fall_z"]
+    evidence = (
+        f"the training loss was still falling when the run stopped: across its last quarter it fell {z:.1f} standard"
+        f" errors of its own noise ({values['late_fall_share']:.0%} of its fall so far; still learning past"
+        f" {OUTCOME_GATE.beyond_noise:.0f}), and the run fell short ({gate_evidence}): no check names a fault, it"
+        " had not finished learning"
+    )
+    judged = {"feature": "late_fall_z", "value": float(z), "threshold": OUTCOME_GATE.beyond_noise, "above": True}
+    return Finding(STILL_IMPROVING.verdict, evidence, STILL_IMPROVING.next_step, math.nan, **judged)
 
 
 def _known_steps(steps) -> int | None:
@@ -448,13 +506,16 @@ def verdicts(
             for fact in facts
         ]
     ).T.reshape(len(records), len(facts))
+    learning = [bool(z > OUTCOME_GATE.beyond_noise) for z in table["late_fall_z"]]  # OutcomeGate.still_learning
     verdict, failing, warned = [], [], []
-    for row, fact_row, hurt in zip(fired, facts_fired, harmed, strict=True):
+    for row, fact_row, hurt, still in zip(fired, facts_fired, harmed, learning, strict=True):
         hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]
         said = [fact.verdict for fact, hit in zip(facts, fact_row, strict=True) if hit]
         failing.append(said + [r.verdict for r in hits if not OUTCOME_GATE.is_warning(r, hurt)])
         warned.append([r.verdict for r in hits if OUTCOME_GATE.is_warning(r, hurt)])
-        verdict.append(failing[-1][0] if failing[-1] else OUTCOME_GATE.verdict_without_failure(hurt))
+        unnamed = OUTCOME_GATE.verdict_without_failure(hurt)
+        unnamed = STILL_IMPROVING.verdict if unnamed == UNEXPLAINED and still else unnamed
+        verdict.append(failing[-1][0] if failing[-1] else unnamed)
     return pd.DataFrame({"verdict": verdict, "fired": failing, "warnings": warned}, index=records.index)
 
 

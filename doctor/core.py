@@ -915,7 +915,8 @@ def _findings(
     either happened.
     """
     measured, origin = observed.measurements, observed.nonfinite
-    findings = rule_findings(measured, rules, dict(thresholds), facts=[])  # the grid's facts: in diagnose, below
+    # The grid's facts: in diagnose, below. A run its user cut short is judged on its outcome once its loss flattened.
+    findings = rule_findings(measured, rules, dict(thresholds), facts=[], cut_short=observed.stopped is not None)
     fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
     if origin is not None:
         # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their

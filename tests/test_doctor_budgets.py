@@ -167,6 +167,16 @@ def test_the_command_lines_step_budget_cuts_the_loop_that_runs(tmp_path, capsys,
     assert report["stopped"] == (None if "cut" not in headline else "cut at the step budget, max_steps=12")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("steps", [10, 50, 200])
+def test_a_healthy_recipe_cut_at_any_step_count_is_never_called_a_failure(capsys, steps):
+    # Before: `--max-steps 10` printed unexplained_failure (cut at the step budget) and exited 1. A cut run is judged
+    # on its outcome only once its loss had flattened; before that the outcome is too early to judge.
+    status, out, err = doctor_cli(capsys, ROOT / "examples" / "healthy_cnn.py", "--max-steps", steps)
+    assert status == 0 and out.startswith("verdict: healthy"), out + err
+    assert f"(from {steps} training steps; cut at the step budget, max_steps={steps})" in out.splitlines()[0]
+
+
 def test_the_command_lines_time_budget_cuts_the_probe(tmp_path, capsys):
     slow = """
     import time

@@ -8,10 +8,12 @@ harm without a named cause (unexplained_failure), and a regression run judged in
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from hand_records import PLANTED, THRESHOLDS, record
 
+from analysis.features import features
 from analysis.rules import HEALTHY, OUTCOME_GATE, RULES, UNEXPLAINED, WARNING, diagnose, load_thresholds, verdicts
 
 GATED = {**THRESHOLDS, OUTCOME_GATE.name: 0.10}
@@ -293,3 +295,55 @@ def test_the_copys_tolerance_is_a_quantile_of_how_far_healthy_runs_fall_short_of
     assert fit.fit_copy_tolerance(cut, few, harm) is not None
     few.loc[99, "copy_gap"] = math.nan
     assert fit.fit_copy_tolerance(cut, few, harm) is None
+
+
+# ----- a run that stopped while still learning, and one its user cut short -------------------------------------
+def loss_curve(steps: int, span: float, seed: int = 0) -> list[float]:
+    """A training loss falling from 2.3 towards 0.1 with time constant `span` steps, with minibatch noise."""
+    rng = np.random.default_rng(seed)
+    return [0.1 + 2.2 * math.exp(-t / span) + 0.05 * rng.standard_normal() for t in range(steps)]
+
+
+@pytest.mark.parametrize("steps", [100, 10_000])
+def test_still_learning_is_read_on_the_runs_own_noise_at_any_length(steps):
+    still = features({"train_loss_curve": loss_curve(steps, span=steps)})  # stopped a time constant in
+    flat = features({"train_loss_curve": loss_curve(steps, span=steps / 20)})  # flat for its last 90%
+    assert OUTCOME_GATE.still_learning(still) and not OUTCOME_GATE.flattened(still)
+    assert not OUTCOME_GATE.still_learning(flat) and OUTCOME_GATE.flattened(flat)
+
+
+def test_harm_while_the_loss_still_falls_is_still_improving_not_unexplained():
+    thresholds = {**GATED, "overfitting": 2.0}
+    falling = record(**FELL_SHORT, train_loss_curve=loss_curve(600, span=600))
+    flat = record(**FELL_SHORT, train_loss_curve=loss_curve(600, span=30))
+    found = diagnose(falling, RULES, thresholds)
+    assert [f.verdict for f in found] == ["still_improving"]
+    assert (
+        "the training loss was still falling when the run stopped: across its last quarter it fell" in found[0].evidence
+    )
+    assert "and the run fell short (the run's accuracy skill 0.56 fell 43% short" in found[0].evidence
+    assert found[0].next_step.startswith("train longer")
+    assert diagnose(flat, RULES, thresholds)[0].verdict == UNEXPLAINED  # stopped learning, and fell short
+    table = verdicts(pd.DataFrame([falling, flat]), RULES, thresholds)
+    assert table.verdict.tolist() == ["still_improving", UNEXPLAINED]
+
+
+def test_a_run_cut_before_its_loss_flattened_is_too_early_to_judge_and_its_oddities_are_warnings():
+    thresholds = {**GATED, "overfitting": 2.0}
+    cut = record(**FELL_SHORT, input_rms=250.0, first_loss=35.0, train_loss_curve=loss_curve(60, span=600))
+    found = diagnose(cut, RULES, thresholds, cut_short=True)
+    assert [(f.verdict, f.kind) for f in found] == [(HEALTHY, "failing"), ("unscaled_inputs", WARNING)]
+    assert (
+        "too early to judge the outcome: the run was cut while its training loss had not flattened" in found[0].evidence
+    )
+    assert "a warning, not the verdict: whether the run pays for it is (too early to judge" in found[1].evidence
+    # Not cut: the same run stopped at its own end, and it is judged.
+    assert diagnose(cut, RULES, thresholds)[0].verdict == "unscaled_inputs"
+    # Cut after its loss flattened: judged as it stands.
+    flat = record(**FELL_SHORT, train_loss_curve=loss_curve(600, span=30))
+    assert diagnose(flat, RULES, thresholds, cut_short=True)[0].verdict == UNEXPLAINED
+    # Cut before eight steps: nothing says it flattened.
+    assert (
+        "cut before 8 training steps"
+        in diagnose(record(**FELL_SHORT, train_loss_curve=[2.3] * 5), RULES, thresholds, cut_short=True)[0].evidence
+    )
