@@ -75,6 +75,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from analysis.checks import CHECKS
 from analysis.checks.numerics import AMP_STEPS_SKIPPED
 from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import DataForecast, data_forecast
@@ -782,7 +783,7 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
         unjudged = {v for _, verdicts in NOT_JUDGED_ON_TASK["sequence"] for v in verdicts}
         rules = [rule for rule in RULES if rule.verdict not in unjudged]
     findings, note = _findings(observed, thresholds, rules)
-    for fact in reversed(GRID_FACTS):  # each goes after the numeric facts, so the first of them ends up first
+    for fact in reversed(JUDGED_FACTS):  # each goes after the numeric facts, so the first of them ends up first
         found = fact.judge_fact(measured)
         if found is not None:
             findings = _with_fact(findings, found)
@@ -859,6 +860,12 @@ NOT_JUDGED_ON_TASK = {
 
 
 NUMERIC_FACTS = tuple(check.verdict for check in NUMERIC_CHECKS)  # judged first: nonfinite_loss, amp_steps_skipped
+# The facts judged on the measurements, in order: the grid's, then those only the doctor's watch reads for a verdict
+# (params_left_out: a whole-run reading of the watched model).
+JUDGED_FACTS = [
+    *GRID_FACTS,
+    *(c for c in CHECKS if c.fact is not None and not c.in_grid and c.verdict not in NUMERIC_FACTS),
+]
 
 
 def _beyond_the_task(measured: Mapping, positions: bool = False) -> str | None:

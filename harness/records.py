@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.column import BOOL, F64, I32, I64, STR, TIMESTAMP
 from harness.columns import CHECKPOINT_COLUMNS, COLUMNS
 
-SCHEMA_VERSION = 24  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
+SCHEMA_VERSION = 25  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
 # 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
 # loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
 # 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
@@ -49,7 +49,8 @@ SCHEMA_VERSION = 24  # 2: update ratio curve and peak; 3: the device study's tim
 # (altered_input_loss_ratio, altered_input_effect); 22: the DataLoader's workers (loader_workers), read by the
 # doctor's advice for a starved loop; 23: the capacity fit's copy scored on validation (capacity_val_score,
 # capacity_val_examples), a yardstick of the outcome gate; 24: the counts the quick references' floors read
-# (reference_val_distinct, prior_shift_class_examples)
+# (reference_val_distinct, prior_shift_class_examples); 25: the tensors that got gradients and never changed
+# (unchanged_params, unchanged_param_count)
 
 _ARROW = {F64: pa.float64(), I64: pa.int64(), I32: pa.int32(), STR: pa.string(), BOOL: pa.bool_()}
 _ARROW[TIMESTAMP] = pa.timestamp("us", tz="UTC")

@@ -129,6 +129,13 @@ def copies_against_rest(m: Mapping) -> str:
     return f"quick references reach {rest:.0%} on the others"
 
 
+def _names_listed(names, shown: int = 6) -> str:
+    """The first `shown` names, comma-separated, and how many more there are."""
+    names = [str(n) for n in (names if names is not None else [])]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 EVIDENCE_VALUES: dict[str, Callable[[Mapping], object]] = {
     "metric_name": lambda m: METRIC_NAMES.get(m.get("task"), "accuracy"),
     "val_score": _scored("final_val_acc"),
@@ -150,6 +157,7 @@ EVIDENCE_VALUES: dict[str, Callable[[Mapping], object]] = {
     "altered_loss_line": altered_loss_line,
     "copies_against_rest": copies_against_rest,
     "loader_next_step": loader_next_step,
+    "unchanged_param_names": lambda m: _names_listed(m.get("unchanged_params")),
 }
 
 

@@ -36,6 +36,27 @@ PARAMS_NOT_UPDATED = Check(
     fault_types=(),
 )
 
+# A tensor that got gradients and ended the run bit for bit as it began, while the others trained: nothing stepped
+# it. A fact, not fitted: one whole layer left out (`Adam(net[0].parameters())`, the output layer never trained) is
+# a small share of the parameters (0.135 on the MLP, under params_not_updated's fitted 0.55), and any
+# number of such tensors is the fault. Judged by the doctor (a whole-run reading of the watched model); the grid's
+# cells measure it too, where its planted params_not_updated sizes are judged by the fitted rule.
+PARAMS_LEFT_OUT = Check(
+    verdict="params_left_out",
+    needs_harm=False,
+    feature="unchanged_param_count",
+    above=True,
+    evidence="{value:.0f} parameter tensor(s) got gradients but ended the run bit for bit as they began, while the"
+    " others trained: {unchanged_param_names}; nothing stepped them",
+    next_step="give the optimizer every parameter you train: Adam(model.parameters()), not a submodule's, built"
+    " after the model is final; check that each tensor named is in optimizer.param_groups (a tensor you mean to"
+    " freeze: set requires_grad=False, so it gets no gradient)",
+    order=12,
+    fact=0.5,
+    parts=("optimizer", "model"),
+    fault_types=("opt",),
+)
+
 WEIGHT_DECAY_DOMINATES = Check(
     verdict="weight_decay_dominates",
     needs_harm=True,
@@ -53,6 +74,7 @@ WEIGHT_DECAY_DOMINATES = Check(
 )
 
 CHECKS = (
+    PARAMS_LEFT_OUT,
     FROZEN_PARAMS,
     PARAMS_NOT_UPDATED,
     WEIGHT_DECAY_DOMINATES,

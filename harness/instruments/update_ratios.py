@@ -8,17 +8,40 @@ The same reading gives two more: the weights' norm at each measured step against
 that dominates the update shrinks them while the loss stays high: weight_norm_ratio), and which parameters had a
 gradient but never moved at any measured step (an optimizer that holds other tensors than the trained model's,
 a model rebuilt after its optimizer was made: unmoved_share). Both read the parameters, never `.grad` alone.
+
+And which parameter tensors got a gradient but ended the run bit for bit as they were at the first measured step,
+while others changed (`unchanged_params`: a layer left out of the optimizer, `Adam(net[0].parameters())`). This
+reads the whole run, not the measured steps alone: a tensor another optimizer steps (a GAN's discriminator beside
+the watched generator's optimizer) changes between them, and is not named. Kept as an exact checksum of each
+tensor's bits (`bit_checksums`), not a copy, so it costs no memory.
 """
 
 import math
 
 import torch
 
-from harness.column import F64, Column, list_of
+from harness.column import F64, STR, Column, list_of
 from harness.instruments.census import GradientCensus
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median, read_scalars
 from harness.torch_private import copies, differences, norms
+
+_BIT_VIEWS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bit_checksums(tensors: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """Per tensor, two exact sums of its elements' bits read as integers: of all of them, and of every other one.
+
+    A tensor whose bits did not change keeps both; one whose bits changed keeps both only where the changes cancel
+    exactly in two sums at once. Integer sums, so no rounding hides a change as small as one bit: an update too
+    small to move a float32 norm still moves them.
+    """
+    sums = []
+    for tensor in tensors:
+        bits = tensor.detach().reshape(-1).view(_BIT_VIEWS[tensor.element_size()]).to(torch.int64)
+        sums.append((bits.sum(), bits[::2].sum()))
+    values = read_scalars([value for pair in sums for value in pair]) if sums else []
+    return [(int(values[2 * i]), int(values[2 * i + 1])) for i in range(len(sums))]
 
 
 class UpdateRatios(Collector):
@@ -46,6 +69,13 @@ class UpdateRatios(Collector):
             "share of parameter elements with a gradient at a census step that no update measured at one moved at all",
             per_budget=True,
         ),
+        Column(
+            "unchanged_params",
+            list_of(STR),
+            "parameter tensors that had a gradient at a census step and ended the run bit for bit as at the first"
+            " measured step, while other tensors changed",
+        ),
+        Column("unchanged_param_count", F64, "how many tensors unchanged_params names (NaN: not read)"),
     )
 
     CENSUS_ONLY = True  # reads the update of census steps
@@ -59,6 +89,9 @@ class UpdateRatios(Collector):
         self.read = [False] * n  # per parameter: had a gradient at some measured step
         self.moved = [False] * n  # per parameter: moved at some measured step where it had one
         self._weights_before: list[torch.Tensor] | None = None
+        self._first_checksums: list[tuple[int, int]] | None = (
+            None  # each tensor's bits before the first measured update
+        )
         self._due = False  # a census asked for the update ratio of the next optimizer step
         self._hooks = [
             loop.before_update(self._before_update, when="watched"),  # census cycles are
@@ -75,6 +108,8 @@ class UpdateRatios(Collector):
         if self._due:
             with torch.no_grad():
                 self._weights_before = copies([p for _, p in self.loop.named_params])
+                if self._first_checksums is None:
+                    self._first_checksums = bit_checksums(self._weights_before)
             self._due = False
 
     def _after_update(self, _optimizer, _args, _kwargs) -> None:
@@ -115,6 +150,22 @@ class UpdateRatios(Collector):
         unmoved = sum(size for size, r, m in zip(sizes, self.read, self.moved, strict=True) if r and not m)
         return unmoved / read if read else math.nan
 
+    def _unchanged(self) -> list[str] | None:
+        """The tensors read with a gradient whose bits ended as they began, where another tensor's changed.
+
+        None: not read (no measured update, or nothing changed at all, which unmoved_share reads).
+        """
+        if self._first_checksums is None:
+            return None
+        with torch.no_grad():
+            now = bit_checksums([p for _, p in self.loop.named_params])
+        same = [first == last for first, last in zip(self._first_checksums, now, strict=True)]
+        if all(same):
+            return None
+        return [
+            name for (name, _), read, kept in zip(self.loop.named_params, self.read, same, strict=True) if read and kept
+        ]
+
     def close(self) -> None:
         for hook in self._hooks:
             hook.remove()
@@ -138,4 +189,13 @@ class UpdateRatios(Collector):
             "weight_norm_ratio": self._weight_norm_ratio(matrices),
             "unmoved_share": self._unmoved_share(),
         }
-        return {**scalars, "update_ratio": update_ratio, "update_ratio_curve": curve} if final else scalars
+        if not final:
+            return scalars
+        unchanged = self._unchanged()
+        return {
+            **scalars,
+            "update_ratio": update_ratio,
+            "update_ratio_curve": curve,
+            "unchanged_params": unchanged if unchanged is not None else [],
+            "unchanged_param_count": float(len(unchanged)) if unchanged is not None else math.nan,
+        }
