@@ -370,6 +370,8 @@ def _capacity_said(fit: float, fields: Mapping, threshold: float | None) -> str:
     if math.isnan(fit):
         score = fields.get("capacity_score")
         if score is None or math.isnan(float(score)):
+            if fields.get("task") == "sequence":
+                return "whether the model can fit the data is not measured on a sequence task (no check would read it)"
             return (
                 "whether the model can fit the data was not measured (it takes a model factory, and inputs whose rows"
                 " are the examples)"

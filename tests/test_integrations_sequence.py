@@ -278,7 +278,7 @@ def test_a_plain_loop_gets_the_shift_and_the_padding_finding(hf, told, tmp_path)
     assert clean.measurements[SHARE] == 0.0 and "padding_in_loss" not in [f.verdict for f in clean.findings]
 
 
-def test_memorization_and_the_capacity_fit_train_on_the_shifted_targets(hf):
+def test_memorization_trains_on_the_shifted_targets_and_no_capacity_fit_runs(hf):
     report = plain_loop(
         hf, False, steps=20, model_factory=lambda: gpt2(hf), memorize_steps=60, capacity_examples=32, capacity_steps=30
     )
@@ -286,7 +286,9 @@ def test_memorization_and_the_capacity_fit_train_on_the_shifted_targets(hf):
     assert m["target_shift"] == 1 and len(m["memorize_losses"]) == 3
     # 16 sequences of next tokens memorized: the best rate's loss (on the shifted targets) far under ln V.
     assert m["memorize_best_loss"] < 0.5 * math.log(256), m["memorize_losses"]
-    assert m["capacity_examples"] == 32 and m["capacity_baseline"] < m["capacity_score"] <= 1
+    # Nothing reads a capacity fit on a sequence task: it is not run (it cost 334 s after a 3.8 s GPT-2 run).
+    assert m["capacity_examples"] == 0 and math.isnan(m["capacity_score"])
+    assert "no clean copy" in report.cost.line()
 
 
 # ----- the Hugging Face Trainer ---------------------------------------------------------------------------------------

@@ -268,7 +268,8 @@ def test_memorization_fits_whole_sequences_from_the_model_factory():
     m = report.measurements
     assert doctor.memorized_on == 16 and len(m["memorize_losses"]) == 3  # 16 sequences of CONTEXT tokens each
     assert all(math.isfinite(loss) for loss in m["memorize_losses"])
-    assert m["capacity_examples"] == 32 and 0 < m["capacity_baseline"] < m["capacity_score"] <= 1
+    # No capacity fit on a sequence task: nothing reads it there, and on a language model it cost the most.
+    assert m["capacity_examples"] == 0 and math.isnan(m["capacity_score"])
     memorizes = next(c for c in report.checklist.checks if c.check == "it memorizes a few examples")
     assert memorizes.ok is not None and "ln V" in memorizes.detail
 
