@@ -428,6 +428,17 @@ def test_the_command_line_refuses_a_broken_recipe(tmp_path):
     )
 
 
+def loop_over_the_doctor(doctor, net, optimizer, loss_fn):
+    """A plain loop over the batches the doctor was given (iterating the doctor itself); its report."""
+    for x, y in doctor:
+        loss = loss_fn(net(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+    return doctor.report()
+
+
 def test_an_empty_validation_is_named_and_a_one_pass_one_refused_at_once():
     torch.manual_seed(0)
     net = SmallCNN()
@@ -438,13 +449,7 @@ def test_an_empty_validation_is_named_and_a_one_pass_one_refused_at_once():
         Doctor(net, optimizer, loss_fn, validation=(batch for batch in DataLoader(VAL, batch_size=64)))
     # An empty loader: read, found empty, and the report says the run was judged as without validation.
     doctor = Doctor(net, optimizer, loss_fn, [b for _ in range(2) for b in training_batches()], validation=[])
-    for x, y in doctor:
-        loss = loss_fn(net(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
-    report = doctor.report()
+    report = loop_over_the_doctor(doctor, net, optimizer, loss_fn)
     assert "the validation given yielded no batch: judged as without validation" in report.note
     learns = report.checklist.checks[0]
     assert "(the validation given yielded no batch" in learns.detail and "training loss" in learns.detail
@@ -457,13 +462,7 @@ def test_three_lines_without_validation_or_factory_still_report():
     loss_fn = nn.CrossEntropyLoss()
     epochs = [batch for _ in range(10) for batch in training_batches()]
     doctor = Doctor(net, optimizer, loss_fn, epochs)  # the batches given: iterate the doctor itself
-    for x, y in doctor:
-        loss = loss_fn(net(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
-    report = doctor.report()
+    report = loop_over_the_doctor(doctor, net, optimizer, loss_fn)
     assert report.steps == 10 * (len(TRAIN) // 64) and report.verdict == "healthy", str(report)
     learns, memorizes = report.checklist.checks[:2]
     assert learns.ok and "no validation given" in learns.detail

@@ -218,6 +218,20 @@ INTERRUPTED = {
 }
 
 
+def doctor_process(recipe) -> subprocess.Popen:
+    """`python -m doctor RECIPE` in a process of its own that Ctrl-C (SIGINT) reaches, its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "doctor", str(recipe)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A child inherits an ignored SIGINT (pytest run as a shell's background job), and Python then never raises
+        # KeyboardInterrupt, as in tests/test_sweep.py: the probe of a million steps would run on past the timeout.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 @pytest.mark.parametrize("case", INTERRUPTED)
 def test_ctrl_c_ends_with_the_report_of_the_steps_so_far(tmp_path, capsys, case):
     extra, steps = INTERRUPTED[case]
@@ -275,16 +289,7 @@ def test_sigint_to_a_running_doctor_ends_with_the_report_of_the_steps_so_far(tmp
             yield X[i : i + 32], Y[i : i + 32]
     """
     path = write(tmp_path, "long", long)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "doctor", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A child inherits an ignored SIGINT (pytest run as a shell's background job), and Python then never raises
-        # KeyboardInterrupt, as in tests/test_sweep.py: the probe of a million steps would run on past the timeout.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    process = doctor_process(path)
     try:
         deadline = time.monotonic() + 120
         while not started.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -308,14 +313,7 @@ def test_sigint_to_a_running_doctor_ends_with_the_report_of_the_steps_so_far(tmp
 def test_ctrl_c_while_torch_is_imported_is_one_line_and_exit_status_130(tmp_path):
     # Before: 14 to 35 lines of importlib's and torch's frames, once a RecursionError blamed on the recipe (exit 3).
     path = write(tmp_path, "plain", "")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "doctor", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as above
-    )
+    process = doctor_process(path)
     try:
         maps, deadline = Path(f"/proc/{process.pid}/maps"), time.monotonic() + 60
         while process.poll() is None and time.monotonic() < deadline and "libtorch" not in maps.read_text():
