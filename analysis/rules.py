@@ -42,7 +42,7 @@ from analysis.checks import CHECKS, FITTED
 from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Check, Finding, Rule
 from analysis.checks.evidence import Evidence
 from analysis.checks.schedule import STILL_IMPROVING
-from analysis.features import FEATURES, feature_table, features
+from analysis.features import FEATURES, LATE_STEPS, feature_table, features
 
 if TYPE_CHECKING:  # pandas is loaded where a table is judged, so judging one run (the doctor) never loads it
     import pandas as pd
@@ -137,7 +137,7 @@ class OutcomeGate:
     def flattened(self, values: Mapping) -> bool:
         """The loss had stopped falling: not still learning, and under `flat_share` of its fall in its last quarter.
 
-        False where it cannot be read (a run under 8 steps): a run cut that early is too early to judge.
+        False where it cannot be read (a run under LATE_STEPS steps): a run cut that early is too early to judge.
         """
         return not self.still_learning(values) and bool(values["late_fall_share"] <= self.flat_share)
 
@@ -145,7 +145,7 @@ class OutcomeGate:
         """Why the outcome of a run cut before its loss flattened is not judged (the report's words)."""
         z, share = values["late_fall_z"], values["late_fall_share"]
         if math.isnan(z):
-            return "too early to judge the outcome: the run was cut before 8 training steps"
+            return f"too early to judge the outcome: the run was cut before {LATE_STEPS} training steps"
         return (
             "too early to judge the outcome: the run was cut while its training loss had not flattened (its last"
             f" quarter fell {z:.1f} standard errors, {share:.0%} of its fall so far; judged once it falls by no more"
@@ -417,9 +417,10 @@ def diagnose(
     gate_threshold, copy_tolerance = thresholds.get(OUTCOME_GATE.name), thresholds.get(OUTCOME_GATE.copy_name)
     harmed = OUTCOME_GATE.is_open(values, gate_threshold, copy_tolerance)
     gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold, copy_tolerance)
-    overcame = "the run overcame it"
-    if cut_short and harmed is not None and not OUTCOME_GATE.flattened(values):
-        harmed, gate_evidence, overcame = False, OUTCOME_GATE.too_early(values), "whether the run pays for it is"
+    too_early = cut_short and harmed is not None and not OUTCOME_GATE.flattened(values)
+    if too_early:  # the gate stays shut: the outcome is not judged yet
+        harmed, gate_evidence = False, OUTCOME_GATE.too_early(values)
+    overcame = "whether the run pays for it is" if too_early else "the run overcame it"
     failing = [found for found in (fact.judge_fact(measurements) for fact in facts) if found is not None]
     warnings = []
     for rule in rules:
@@ -441,7 +442,7 @@ def diagnose(
             return [_stopped_learning_early(values, gate_evidence), *warnings]
         return [_unexplained(rules, thresholds, values, fields, gate_evidence), *warnings]
     said = f"no failing finding ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "no rule fired"
-    if overcame != "the run overcame it":  # cut short: the outcome was not judged
+    if too_early:
         said += f"; {gate_evidence}"
     return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
 
@@ -508,7 +509,7 @@ def verdicts(
             for fact in facts
         ]
     ).T.reshape(len(records), len(facts))
-    learning = [bool(z > OUTCOME_GATE.beyond_noise) for z in table["late_fall_z"]]  # OutcomeGate.still_learning
+    learning = [OUTCOME_GATE.still_learning({"late_fall_z": z}) for z in table["late_fall_z"]]
     verdict, failing, warned = [], [], []
     for row, fact_row, hurt, still in zip(fired, facts_fired, harmed, learning, strict=True):
         hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]

@@ -228,8 +228,10 @@ class OwnReading:
     Each iteration of a DataLoader draws a seed from torch's default CPU generator (`iter()`, shuffled or not), so
     every evaluation of the doctor's (before the first step, at the end, the references' examples) moved the
     training that followed: a seeded loop with a validation DataLoader gave other losses with the doctor than
-    without it. The CPU generator's state is put back when an iteration ends, however it ends (a `break` closes the
-    generator). The doctor's evaluations run in eval mode, where a model draws nothing on its device.
+    without it. Every random stream is put back when an iteration ends, however it ends (`streams_kept`; a `break`
+    closes the generator). The doctor's evaluations run in eval mode, where a model draws nothing on its device. A
+    one-pass iterator is refused (the doctor reads validation twice), and a pass that yields no batch is kept as
+    `read_none`, for the report to say.
     """
 
     def __init__(self, batches: Iterable):
@@ -708,14 +710,21 @@ class Doctor:
     def _capacity_on(self, not_rows: str) -> list[tuple]:
         """The last finite examples the capacity fit takes, as (inputs, targets) batches on the model's device.
 
-        None on a sequence task: nothing reads the fit there (model_too_small is not judged on it, and a clean copy's
-        per-position accuracy is no yardstick of the gate's), and on a language model it cost the most of any
-        measurement (334 s after a 3.8 s run of a tiny GPT-2 under the Trainer).
+        Empty where the task's checks do not read the fit (`_capacity_read`).
         """
-        if self.task is not None and self.task.kind == "sequence":
+        if not self._capacity_read():
             return []
         pairs = _finite_pairs(self.recent, self.capacity_examples) if not not_rows else []
         return [(to_device(x, self._device), y.to(self._device)) for x, y in pairs]
+
+    def _capacity_read(self) -> bool:
+        """Whether any check reads a capacity fit on this run's task: not on a sequence task.
+
+        There model_too_small is not judged and a clean copy's per-position accuracy is no yardstick of the gate's;
+        on a language model the fit cost the most of any measurement (334 s after a 3.8 s run of a tiny GPT-2 under
+        the Trainer).
+        """
+        return self.task is None or self.task.kind != "sequence"
 
     def _capacity_held_out(self, not_rows: str) -> list[tuple] | None:
         """The first finite validation examples, as many as the capacity fit takes, on the model's device.
@@ -725,7 +734,7 @@ class Doctor:
         """
         if self.validation is None or not_rows or not self.capacity_examples or self.model_factory is None:
             return None
-        if self.task is not None and self.task.kind == "sequence":  # no capacity fit (_capacity_on)
+        if not self._capacity_read():  # no capacity fit: its validation examples are not read either
             return None
         pairs = _finite_pairs(_first_of(self.validation, self.layout, self.capacity_examples), self.capacity_examples)
         return [(to_device(x, self._device), y.to(self._device)) for x, y in pairs] or None
