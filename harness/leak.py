@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from harness.column import F64, I64, Column
+from harness.reference import _rows, row_keys
 
 COLUMNS = (
     Column(
@@ -84,11 +85,6 @@ MAX_HELD_OUT = 1024  # held-out examples the columns' classifiers are scored on,
 MIN_HELD_OUT = 128  # and at least (where there are as many), however wide the inputs
 MAX_CELLS = 20_000_000  # held-out examples x classes x columns in the columns' pass; beyond it, columns are sampled
 CHUNK_CELLS = 2_000_000  # the distances computed at once
-
-
-def _rows(x) -> np.ndarray:
-    array = x.detach().cpu().double().numpy() if torch.is_tensor(x) else np.asarray(x, dtype=np.float64)
-    return array.reshape(len(array), -1)
 
 
 def _labels(y) -> np.ndarray:
@@ -165,9 +161,9 @@ def _copies(x, y, vx, vy, rng: np.random.Generator) -> dict:
     from harness.reference import _references
 
     label_of: dict[bytes, object] = {}
-    for row, label in zip(np.ascontiguousarray(x), y, strict=True):
-        label_of.setdefault(row.tobytes(), label)
-    found = [label_of.get(row.tobytes()) for row in np.ascontiguousarray(vx)]
+    for key, label in zip(row_keys(x), y, strict=True):
+        label_of.setdefault(key, label)
+    found = [label_of.get(key) for key in row_keys(vx)]
     copied = np.array([label is not None for label in found])
     share = float(copied.mean())
     agree = np.array([label == truth for label, truth in zip(found, vy, strict=True) if label is not None])

@@ -150,9 +150,14 @@ def reference_fit(train_x, train_y, val_x=None, val_y=None, seed: int = 0) -> di
     }
 
 
+def row_keys(rows: np.ndarray) -> list[bytes]:
+    """Each row's exact bytes: equal for a copied example, not for a re-normalised one (harness/leak.py reads them)."""
+    return [row.tobytes() for row in np.ascontiguousarray(rows)]
+
+
 def _distinct_rows(rows: np.ndarray) -> int:
-    """How many of the rows differ (exact bytes: a copied example is the same row, a re-normalised one is not)."""
-    return len({row.tobytes() for row in np.ascontiguousarray(rows)})
+    """How many of the rows differ, bit for bit."""
+    return len(set(row_keys(rows)))
 
 
 def _references(x, y, vx, vy) -> tuple["RidgeClassifier", "KNeighborsClassifier", float]:
