@@ -73,6 +73,9 @@ def run_recipe(recipe: Path, seed: int, **labels) -> dict:
         result["findings"] = [f.verdict for f in report.failing]  # warnings name no diagnosis
         result["evidence"] = [f.evidence for f in report.failing]
         result["warnings"] = [f.verdict for f in report.warnings]
+        if report.cost is not None:  # the loop's own time, the report's after it, its budget and the fits it cut
+            cost = report.cost.to_dict()
+            result["cost"] = {key: cost[key] for key in ("loop_s", "after_s", "after_budget_s", "after_cut")}
     except CannotJudge as refused:
         result["error"] = f"refused: {refused}"
     except Exception as error:  # noqa: BLE001 - a recipe's own failure is a result of the benchmark, not a crash

@@ -87,7 +87,7 @@ from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
-from harness.after_training import Probes, end_of_run, run_record
+from harness.after_training import FIT_COLUMNS, MEMORIZATION, Probes, end_of_run, run_record
 from harness.batches import (
     BatchError,
     BatchLayout,
@@ -103,7 +103,7 @@ from harness.batches import (
 from harness.eval_mode import eval_mode
 from harness.evaluation import evaluate
 from harness.instruments import CAPACITY_EXAMPLES, Instruments, example_rows
-from harness.instruments.budget import SHARE, Cost, CostBudget
+from harness.instruments.budget import REPORT_SHARE, SHARE, Cost, CostBudget, ReportBudget
 from harness.instruments.causality import next_token_input
 from harness.instruments.loop import Collector
 from harness.instruments.memorization import CAPACITY_STEPS, MEMORIZE_STEPS
@@ -281,6 +281,7 @@ class Doctor:
         budget: "float | CostBudget | None" = SHARE,
         max_steps: int | None = None,
         max_seconds: float | None = None,
+        report_budget: "float | ReportBudget | None" = REPORT_SHARE,
     ):
         model = distributed.unwrapped(model)  # a DDP wrapper's module: the doctor's own forwards run no collective
         self.model, self.loss_fn, self.batches = model, loss_fn, batches
@@ -314,6 +315,13 @@ class Doctor:
             budget=budget if budget is None or isinstance(budget, CostBudget) else CostBudget(budget),
         )
         self.nonfinite = self.instruments.nonfinite
+        # The report's time after the loop: at most `report_budget` of the loop's own time or REPORT_FLOOR_S seconds,
+        # whichever is larger (harness/instruments/budget.py); a fit that would run past it is cut. None: no cap.
+        self.report_budget = (
+            report_budget
+            if report_budget is None or isinstance(report_budget, ReportBudget)
+            else ReportBudget(report_budget)
+        )
         # Under torch.distributed, this rank's own evidence for the checks across ranks (doctor/distributed.py),
         # gathered once at the report: nothing is exchanged while the loop trains.
         rank = distributed.world()
@@ -347,6 +355,7 @@ class Doctor:
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
         self.memorized_on = 0  # examples memorization fitted
+        self.cut_at_report: dict[str, str] = {}  # the fits after the loop cut at the report's time budget, and where
         self.cost: Cost | None = None  # what the instruments cost on the loop, read as it ends (None: no budget)
         self._observed: Observed | None = None  # set by finish(): the watch is over
         self._report: Report | None = None  # report() with the fitted thresholds, kept
@@ -550,6 +559,7 @@ class Doctor:
                 out_of_memory=out_of_memory,
                 nonfinite=self.nonfinite.origin,
                 unmemorized=self.unmemorized,
+                cut_at_report=MappingProxyType(self.cut_at_report),
                 unvalidated=self._unvalidated(),
                 memorized_on=self.memorized_on,
                 cost=self.cost,
@@ -594,16 +604,19 @@ class Doctor:
                 "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
             )
         self.cost = self.instruments.cost  # as the loop ends: the evaluations and fits after it are not its time
-        after_started = time.perf_counter()
-        measured = self.instruments.finish()
-        if self.instruments.scaler is None:
-            _no_hidden_scaler(self.instruments.kept_at_step)
-        if self.own_evaluations:  # the doctor cannot compute the loop's prediction: the loop's own training loss only
-            train_loss, train_acc = _last_losses(measured.get("train_loss_curve")), math.nan
-            val_loss = val_acc = math.nan
-        else:
-            train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
-            val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan,) * 2
+        budget = self.report_budget or ReportBudget(floor_s=math.inf)  # None: timed, never cut
+        budget.start(self.cost.loop_s if self.cost is not None else self._loop_s())
+        with budget.timed("last readings"):
+            measured = self.instruments.finish()
+            if self.instruments.scaler is None:
+                _no_hidden_scaler(self.instruments.kept_at_step)
+        with budget.timed("evaluations"):
+            if self.own_evaluations:  # the doctor cannot compute the loop's prediction: the loop's training loss only
+                train_loss, train_acc = _last_losses(measured.get("train_loss_curve")), math.nan
+                val_loss = val_acc = math.nan
+            else:
+                train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
+                val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan,) * 2
         # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
         # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
         # Decided once for the run: the first batches' (the instruments keep examples from them), else the last's.
@@ -615,20 +628,18 @@ class Doctor:
         # The fresh models' fits train in training mode (dropout draws from the random streams): finish() puts the
         # run's streams back after them, so that the user's code after report() draws what it would have without the
         # doctor.
-        after = end_of_run(
-            self.model_factory,
-            self.task_loss,
-            probes,
-            self._memorize_on(not_rows),
-            self._capacity_on(not_rows),
-            self.instruments.kept_examples(),
-            self._held_out(),
-            self._capacity_held_out(not_rows),
-        )
-        if self.cost is not None:  # what the doctor spent after the loop, and the caps its fits ran under
-            self.cost = dataclasses.replace(
-                self.cost, after_s=time.perf_counter() - after_started, after_caps=_fit_caps(probes, after)
+        with budget.timed("examples for the fits"):
+            examples = (
+                self._memorize_on(not_rows),
+                self._capacity_on(not_rows),
+                self.instruments.kept_examples(),
+                self._held_out(),
+                self._capacity_held_out(not_rows),
             )
+        after = end_of_run(self.model_factory, self.task_loss, probes, *examples, budget=budget)
+        self.cut_at_report = dict(budget.cut)
+        if MEMORIZATION in budget.cut:
+            self.unmemorized = f"cut at the report's time budget, {budget.cut[MEMORIZATION]}"
         scores = {
             "final_train_loss": train_loss,
             "final_train_acc": train_acc,
@@ -637,11 +648,26 @@ class Doctor:
         }
         record = run_record(measured, scores, after, self.task.n_classes, self.task.uninformed_loss)
         if self.task.kind == "sequence":  # no reference fit measured it: held against validation, not the training mix
-            record.update(self._sequence_yardsticks())  # the class prior, and what counting tokens reaches
+            with budget.timed("sequence yardsticks"):
+                record.update(self._sequence_yardsticks())  # the class prior, and what counting tokens reaches
             record["target_shift"] = self.shift  # the doctor's own (no record column): the causal shift it read
         if self.padding is not None:  # the labels under padding tried on the loss, which the collector cannot call
-            record.update(self.padding.measurements(self.recent, self.task_loss))
+            with budget.timed("padding"):
+                record.update(self.padding.measurements(self.recent, self.task_loss))
+        if self.cost is not None:  # what the doctor spent after the loop, pass by pass, and the caps its fits ran under
+            self.cost = dataclasses.replace(
+                self.cost,
+                after_s=budget.spent_s,
+                after_caps=_fit_caps(probes, after),
+                after_passes=MappingProxyType(dict(budget.passes)),
+                after_cut=MappingProxyType(dict(budget.cut)),
+                after_budget_s=budget.allowed_s,
+            )
         return record
+
+    def _loop_s(self) -> float:
+        """The loop's time from its first batch to now, where no cost budget measured its own (budget=None)."""
+        return time.perf_counter() - self._started if self._started is not None else 0.0
 
     def _sequence_yardsticks(self) -> dict[str, float]:
         """A sequence's yardsticks on validation, read in one pass over it (NaN without validation).
@@ -777,6 +803,8 @@ class Observed:
     unmemorized: str = "no model factory given"  # why memorization was not measured, if it was not
     unvalidated: str = NO_VALIDATION  # why the run was judged without validation ("" where it was not)
     memorized_on: int = 0  # examples memorization fitted
+    # The fits after the loop cut at the report's time budget, and where (read-only, as a kept run reads it back)
+    cut_at_report: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cost: Cost | None = None  # what the doctor's instruments cost on the loop (None: watched without a budget)
     stopped: str | None = None  # why the run stopped before its loop ended: a step or time budget, or Ctrl-C
     input_scale: str = ""  # why the input scale was not measured ("" when it was, or means nothing: token ids)
@@ -815,7 +843,16 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     own = own and f"judged on the loop's own losses, no evaluation of the doctor's (accuracy, validation, fits): {own}"
     beyond = _beyond_the_task(measured, observed.rows_are_positions)
     empty = observed.unvalidated if observed.unvalidated != NO_VALIDATION else None  # given, and read as none
-    for unjudged in (empty, own, beyond, _too_few_examples(measured), _too_few_in_class(measured), _no_rows(observed)):
+    unjudged_notes = (
+        empty,
+        own,
+        beyond,
+        _too_few_examples(measured),
+        _too_few_in_class(measured),
+        _no_rows(observed),
+        _cut_at_report(observed),
+    )
+    for unjudged in unjudged_notes:
         if unjudged:
             note = unjudged if note is None else f"{note}; {unjudged}"
     return Report(
@@ -911,6 +948,17 @@ def _no_rows(observed: Observed) -> str | None:
     if not unjudged:
         return None
     return f"not judged: {', '.join(unjudged)} (no quick reference was fitted: {observed.examples_not_rows})"
+
+
+def _cut_at_report(observed: Observed) -> str | None:
+    """Which checks read a fit the report's time budget cut, and where it was cut (None: no fit was cut)."""
+    said = []
+    for fit, where in observed.cut_at_report.items():
+        reads = {f.name for f in FEATURES.values() if set(f.reads) & set(FIT_COLUMNS[fit])}
+        unjudged = [rule.verdict for rule in RULES if rule.feature in reads]
+        what = f"{', '.join(unjudged)} not judged: " if unjudged else ""
+        said.append(f"{what}{fit} was cut at the report's time budget ({where}; Doctor(report_budget=) sets it)")
+    return "; ".join(said) or None
 
 
 def _too_few_examples(measured: Mapping) -> str | None:
@@ -1338,13 +1386,14 @@ def probe(
     budget: "float | CostBudget | None" = SHARE,
     memorize_steps: int = MEMORIZE_STEPS,
     capacity_steps: int = CAPACITY_STEPS,
+    report_budget: "float | ReportBudget | None" = REPORT_SHARE,
 ) -> "Report":
     """Run a short standard training loop on the recipe's pieces under the doctor and return its report.
 
     `inputs`, `targets` and `output` say where batches keep their inputs and targets and which output the loss
     reads, as for `Doctor` (harness/batches.py), where the doctor cannot tell by itself; `max_steps` and
-    `max_seconds` cut the loop short, and `budget`, `memorize_steps` and `capacity_steps` are the doctor's cost
-    budget and the lengths of its fits of fresh models, as for `Doctor`. Ctrl-C
+    `max_seconds` cut the loop short, and `budget`, `memorize_steps`, `capacity_steps` and `report_budget` are the
+    doctor's cost budget, the lengths of its fits of fresh models and the report's time budget, as for `Doctor`. Ctrl-C
     (KeyboardInterrupt) during the loop ends it with the report of the steps so far; before the first step, or
     during the end-of-run measurements, it raises `Interrupted`.
     """
@@ -1368,6 +1417,7 @@ def probe(
         budget=budget,
         memorize_steps=memorize_steps,
         capacity_steps=capacity_steps,
+        report_budget=report_budget,
     )
     layout = doctor.layout
     model.train()

@@ -13,12 +13,14 @@ scores, the end-of-run columns and the task's size. `assemble` merges such group
 both produce fails loudly instead of one silently replacing the other.
 """
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
 from harness.column import F64, I64, Column
+from harness.instruments.budget import ReportBudget
 from harness.instruments.memorization import (
     CAPACITY_RATES,
     CAPACITY_STEPS,
@@ -54,6 +56,11 @@ NOT_MEMORIZED = {
     "memorize_best_rate": float("nan"),
 }
 
+# The two fits of fresh models, by the names a report's budget keeps them under, and the columns each measures: a fit
+# cut at the budget leaves these not measured, and the checks reading them not judged.
+MEMORIZATION, CLEAN_COPY = "memorization", "a clean copy"
+FIT_COLUMNS = {MEMORIZATION: tuple(NOT_MEMORIZED), CLEAN_COPY: tuple(NO_CAPACITY)}
+
 
 @dataclass(frozen=True)
 class Probes:
@@ -77,45 +84,60 @@ def end_of_run(
     kept: tuple | None,
     held_out: tuple | None = None,
     capacity_held_out: list[tuple] | None = None,
+    budget: ReportBudget | None = None,
 ) -> dict:
     """The end-of-run columns: memorization, the capacity fit, the quick references and the leak readings.
 
     `memorize_on`: (inputs, targets) to memorize; `capacity_on`: (inputs, targets) batches to fit, and
     `capacity_held_out` the validation batches the fitted copy is scored on, both as the model takes them; `kept`:
     the examples the references are fitted on (rows), scored on `held_out`. None (or no factory): recorded as not
-    measured.
+    measured. `budget` (the doctor's; a cell has none): each pass is timed, and a fit that would not end within it is
+    cut and recorded as not measured (`budget.cut` says which, and where).
     """
+    budget = budget or ReportBudget(floor_s=math.inf)  # none: every pass runs to its end
     memorized = dict(NOT_MEMORIZED)
     if make_model is not None and memorize_on is not None:
         x, y = memorize_on
-        memorized = memorize(
-            make_model,
-            x,
-            y,
-            loss_fn,
-            rates=probes.memorize_rates,
-            steps=probes.memorize_steps,
-            seed=probes.seed,
-            check=probes.check,
-            forward=probes.forward,
-        )
+
+        def memorization(capped: Callable[[], None]) -> dict:
+            return memorize(
+                make_model,
+                x,
+                y,
+                loss_fn,
+                rates=probes.memorize_rates,
+                steps=probes.memorize_steps,
+                seed=probes.seed,
+                check=lambda: (probes.check(), capped()),
+                forward=probes.forward,
+            )
+
+        steps = len(probes.memorize_rates) * probes.memorize_steps
+        memorized = budget.run(MEMORIZATION, steps, memorization, NOT_MEMORIZED)
     capacity = dict(NO_CAPACITY)
     if make_model is not None and capacity_on:
-        capacity = fit_capacity(
-            make_model,
-            capacity_on,
-            loss_fn,
-            rates=probes.capacity_rates,
-            steps=probes.capacity_steps,
-            seed=probes.seed,
-            check=probes.check,
-            forward=probes.forward,
-            held_out=capacity_held_out,
-        )
+
+        def clean_copy(capped: Callable[[], None]) -> dict:
+            return fit_capacity(
+                make_model,
+                capacity_on,
+                loss_fn,
+                rates=probes.capacity_rates,
+                steps=probes.capacity_steps,
+                seed=probes.seed,
+                check=lambda: (probes.check(), capped()),
+                forward=probes.forward,
+                held_out=capacity_held_out,
+            )
+
+        steps = len(probes.capacity_rates) * probes.capacity_steps
+        capacity = budget.run(CLEAN_COPY, steps, clean_copy, NO_CAPACITY)
     reference, leak = dict(NO_REFERENCE), dict(NO_LEAK)
     if kept is not None:
-        reference = reference_fit(*kept, *(held_out or (None, None)), seed=probes.seed)
-        leak = leak_fit(*kept, *(held_out or (None, None)), seed=probes.seed)  # harness/leak.py
+        with budget.timed("quick references"):
+            reference = reference_fit(*kept, *(held_out or (None, None)), seed=probes.seed)
+        with budget.timed("leak readings"):
+            leak = leak_fit(*kept, *(held_out or (None, None)), seed=probes.seed)  # harness/leak.py
     return assemble(memorized, capacity, reference, leak)
 
 

@@ -17,13 +17,28 @@ The doctor's own time is measured where it runs: its per-batch and per-backward 
 optimizer update. Its hook on the model's forward (the train/eval count, on models with dropout or batch norm)
 and Python's cost of calling into it are not timed: bench/doctor_overhead.py measures the whole cost, beside the
 bare loop.
+
+After the loop, the doctor's report measures what needs the run to be over: its evaluations, memorization, a clean
+copy of the model, the quick references. `ReportBudget` holds their time to at most `REPORT_SHARE` of the loop's
+own time or `REPORT_FLOOR_S` seconds, whichever is larger: each pass is timed by name, and a fit of fresh models that
+would not finish within what is left is cut (checked every fit step, once a few steps say how long one takes) and
+recorded as not measured, rather than let a 4-second run wait ten minutes for its report (issue 51).
 """
 
+import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 DENSE_STEPS = 10  # the initialization checks, the first loss and the censuses of steps 0, 1, 2, 4 and 8
 SHARE = 0.03  # of the loop's own time: the doctor's cost users said they would keep switched on (issue 34)
+# The report's time: at most this share of the loop's own time, or this many seconds, whichever is larger (issue 51's
+# goal: a report that waits longer than a quarter of the training, or half a minute, is one users stop asking for).
+REPORT_SHARE = 0.25
+REPORT_FLOOR_S = 30.0
+PROJECTED_AFTER = 5  # fit steps timed before a fit's whole length is projected from them (the first builds the model)
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,11 @@ class Cost:
     # references, and the caps those fits ran under. NaN: not measured (the grid's cells, or before the report).
     after_s: float = float("nan")
     after_caps: str = ""
+    # Each pass after the loop and its seconds; each fit cut at the report's budget and where (read-only, as a kept
+    # run reads them back: doctor/observed_io.py).
+    after_passes: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    after_cut: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    after_budget_s: float = float("nan")  # the report's time budget (ReportBudget); NaN or inf: none
 
     @property
     def share(self) -> float:
@@ -49,16 +69,19 @@ class Cost:
     def line(self) -> str:
         """One line for the report: what the doctor cost, and how much of the run it watched to keep to its budget."""
         watched = "every step" if self.watched_steps == self.steps else f"{self.watched_steps} of {self.steps} steps"
-        after = (
-            ""
-            if self.after_s != self.after_s  # NaN: not measured
-            else f"; after the loop, {self.after_s:.2f} s of evaluations and fits ({self.after_caps})"
-        )
+        after = "" if self.after_s != self.after_s else f"; after the loop, {self.after_line()}"  # NaN: not measured
         return (
             f"{100 * self.share:.1f}% of the loop's own {self.loop_s:.2f} s ({self.start_s:.3f} s of it at the first"
             f" step; budget {100 * self.share_budget:g}% for the rest), watching {watched} in full; the loss, its"
             f" finiteness, the data wait and the rate on every step{after}"
         )
+
+    def after_line(self) -> str:
+        """What the report cost after the loop: its whole time, each pass's, the budget, and any pass it cut."""
+        passes = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.after_passes.items())
+        budget = f" of a {self.after_budget_s:.0f} s budget" if math.isfinite(self.after_budget_s) else ""
+        cut = "".join(f"; {name} cut at the budget ({where}): not measured" for name, where in self.after_cut.items())
+        return f"{self.after_s:.2f} s{budget} ({passes or 'evaluations and fits'}{cut}; {self.after_caps})"
 
     def to_dict(self) -> dict:
         return {
@@ -71,6 +94,9 @@ class Cost:
             "steps": self.steps,
             "after_s": None if self.after_s != self.after_s else self.after_s,
             "after_caps": self.after_caps,
+            "after_passes": dict(self.after_passes),
+            "after_cut": dict(self.after_cut),
+            "after_budget_s": self.after_budget_s if math.isfinite(self.after_budget_s) else None,
         }
 
 
@@ -111,3 +137,75 @@ class CostBudget:
     def cost(self, steps: int, loop_start: float | None) -> Cost:
         elapsed = time.perf_counter() - loop_start if loop_start is not None else 0.0
         return Cost(self.share, self.spent_s, max(elapsed - self.spent_s, 0.0), self.watched_steps, steps, self.start_s)
+
+
+class OverReportBudget(Exception):
+    """A fit after the loop stopped: it would not have finished within the report's time budget."""
+
+
+class ReportBudget:
+    """The report's time budget after the loop, and its state: each pass and its seconds, the fits it cut and where.
+
+    The budget is at most `share` of the loop's own time or `floor_s` seconds, whichever is larger.
+
+    `start(loop_s)` sets the budget as the loop ends. `timed(name)` times a pass. `run(name, steps, fit, fallback)`
+    runs a fit of `steps` steps that calls the check it is given once a step: the check raises once the budget is
+    spent, or once the steps so far project the fit's end past it; the fit's measurements are then `fallback` (not
+    measured), and the cut is kept with where it happened.
+    """
+
+    def __init__(self, share: float = REPORT_SHARE, floor_s: float = REPORT_FLOOR_S):
+        if isinstance(share, bool) or not isinstance(share, int | float) or not share > 0:
+            raise ValueError(f"the report budget's share of the loop's time must be above 0, e.g. 0.25; not {share!r}")
+        if isinstance(floor_s, bool) or not isinstance(floor_s, int | float) or not floor_s >= 0:
+            raise ValueError(f"the report budget's floor_s must be seconds >= 0, e.g. 30; not {floor_s!r}")
+        self.share, self.floor_s = float(share), float(floor_s)
+        self.allowed_s = math.inf
+        self.started = time.perf_counter()
+        self.passes: dict[str, float] = {}
+        self.cut: dict[str, str] = {}
+
+    def start(self, loop_s: float) -> None:
+        """The loop is over, after `loop_s` seconds of its own: the report's time runs from now."""
+        self.allowed_s = max(self.share * loop_s, self.floor_s)
+        self.started = time.perf_counter()
+        self.passes, self.cut = {}, {}
+
+    @property
+    def spent_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.passes[name] = self.passes.get(name, 0.0) + time.perf_counter() - began
+
+    def run(self, name: str, steps: int, fit: Callable[[Callable[[], None]], dict], fallback: dict) -> dict:
+        """`fit(check)`'s measurements, or `fallback` where the check cut it at the budget."""
+        deadline = self.started + self.allowed_s
+        began, done, first = time.perf_counter(), 0, 0.0
+
+        def check() -> None:
+            nonlocal done, first
+            done += 1
+            now = time.perf_counter()
+            first = first or now  # the first step also builds the model: the projection times the steps after it
+            projected = now + (now - first) / max(done - 1, 1) * (steps - done)
+            if now > deadline or (done >= PROJECTED_AFTER and projected > deadline):
+                raise OverReportBudget(
+                    f"after {done} of {steps} steps, {now - began:.1f} s; the whole would have ended"
+                    f" {projected - self.started:.0f} s into the report"
+                )
+
+        with self.timed(name):
+            if time.perf_counter() > deadline:  # nothing left for it: not started
+                self.cut[name] = "not started: the budget was spent"
+                return dict(fallback)
+            try:
+                return fit(check)
+            except OverReportBudget as cut:
+                self.cut[name] = str(cut)
+                return dict(fallback)
