@@ -152,6 +152,36 @@ def test_lightning_healthy_fit_is_called_healthy_and_logged(pl, caplog):
     assert as_dict["verdict"] == "healthy" and json.loads(json.dumps(as_dict)) == as_dict
 
 
+@pytest.mark.parametrize("precision", ["bf16-true", "64-true"])
+def test_lightning_true_precisions_are_judged_on_batches_and_copies_converted_as_the_fit_converts_them(pl, precision):
+    # Before: the doctor's first evaluation fed the float32 validation to the float64 (bfloat16) module, and its
+    # RuntimeError stopped the user's fit; under bf16-true the module's own bfloat16 loss was then refused as not
+    # cross-entropy (2.391 against 2.374: within bfloat16's resolution).
+    doctor = lightning_fit(pl, loss_fn=None, precision=precision)
+    report = doctor.report
+    assert report is not None, doctor.cannot_judge
+    assert report.verdict == "healthy" and report.steps == 200, str(report)
+    assert report.measurements["final_val_acc"] > 0.9 and report.measurements["capacity_val_score"] > 0.9
+
+
+def test_an_error_in_the_doctors_own_pass_ends_its_watch_not_the_fit(pl, caplog):
+    # Validation batches the model cannot take (5 features, not 64): the doctor's own evaluation raises, in its
+    # frames; the fit is the user's and goes on to its end, and the log says why there is no report, once.
+    from doctor.integrations.lightning import DoctorCallback
+
+    torch.manual_seed(0)
+    module = lightning_module(pl, 1e-2)
+    doctor = DoctorCallback(nn.CrossEntropyLoss(), validation=[(torch.randn(8, 5), torch.zeros(8, dtype=torch.long))])
+    trainer = lightning_trainer(pl, doctor, 20)
+    with caplog.at_level(logging.WARNING, logger="doctor"):
+        trainer.fit(module(), digit_batches())
+    assert trainer.global_step == 20 and doctor.report is None
+    assert doctor.cannot_judge.startswith("the doctor's own code raised RuntimeError: mat1 and mat2 shapes")
+    assert [r.getMessage()[:40] for r in caplog.records if r.name == "doctor"] == [
+        "doctor: cannot judge this run: the docto"
+    ]
+
+
 @pytest.mark.slow
 def test_lightning_bf16_mixed_on_the_cpu_is_judged_as_in_fp32(pl):
     doctor = lightning_fit(pl, loss_fn=None, precision="bf16-mixed")
@@ -172,6 +202,10 @@ def test_lightning_fit_with_a_rate_far_too_high_is_named_and_its_report_shown_on
         logging.getLogger("doctor").removeHandler(shown)
     assert doctor.report.verdict == "lr_too_high", str(doctor.report)
     assert doctor.report_dict()["verdict"] == "lr_too_high"
+    # The advice names Lightning's own setting, after the plain loop's.
+    assert doctor.report.findings[0].next_step.endswith(
+        "in Lightning: the rate configure_optimizers() gives, 10x smaller (Tuner(trainer).lr_find(model) proposes one)"
+    )
     out, err = capsys.readouterr()
     text = out + err
     assert text.count(str(doctor.report)) == 1 and text.count("is a bigger machine the answer?") == 1
@@ -449,9 +483,20 @@ def test_hugging_face_bf16_training_on_the_cpu_is_judged_as_in_fp32(hf, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("setting", [{"fp16": True}, {"gradient_accumulation_steps": 2}])
+def test_hugging_face_fp16_and_gradient_accumulation_on_the_cpu_are_judged_healthy(hf, tmp_path, setting):
+    doctor = hf_train(hf, tmp_path, **setting)
+    report = doctor.report
+    assert report is not None, doctor.cannot_judge
+    assert report.verdict == "healthy", str(report)
+    assert report.measurements["backwards_per_step"] == setting.get("gradient_accumulation_steps", 1)
+
+
+@pytest.mark.slow
 def test_hugging_face_training_with_a_rate_far_too_high_is_named(hf, tmp_path):
     doctor = hf_train(hf, tmp_path, lr=0.5)
     assert doctor.report.verdict == "lr_too_high", str(doctor.report)
+    assert "in the Trainer: TrainingArguments(learning_rate=) 10x smaller" in doctor.report.findings[0].next_step
 
 
 @pytest.mark.slow

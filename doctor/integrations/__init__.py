@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from analysis.checks import CHECKS
 from doctor import distributed
 from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose, only_shifted_reproduces
 from harness.targets import INDEX_TASKS, in_classes, task_of
@@ -54,6 +55,33 @@ START_COLUMNS = (
 # The model each callback's doctor is watching: a callback starting on a model that another one still watches
 # (whose training raised where no hook of the doctor saw it) takes that one's hooks off first.
 WATCHING: "weakref.WeakKeyDictionary[nn.Module, Outcome]" = weakref.WeakKeyDictionary()
+
+
+def knobs(integration: str, advice: Mapping[str, str]) -> Mapping[str, str]:
+    """An integration's own knob for each check's advice, keyed by the check's verdict, validated at import.
+
+    A key that is no check's verdict raises, naming the valid ones: advice for a verdict no check gives is never seen.
+    """
+    verdicts = {check.verdict for check in CHECKS}
+    unknown = sorted(set(advice) - verdicts)
+    if unknown:
+        raise ValueError(
+            f"{integration} knobs for {', '.join(unknown)}: not a check's verdict ({', '.join(sorted(verdicts))})"
+        )
+    return MappingProxyType(dict(advice))
+
+
+def with_knobs(report: Report, advice: Mapping[str, str]) -> Report:
+    """The report with each finding's next step followed by the integration's own knob for it, where there is one.
+
+    The checks' advice speaks of a plain loop (optimizer.zero_grad(), DataLoader(num_workers=)); a Trainer's user
+    sets those through the integration (TrainingArguments, the Lightning Trainer), and is told which setting.
+    """
+    findings = tuple(
+        dataclasses.replace(f, next_step=f"{f.next_step}; {advice[f.verdict]}") if f.verdict in advice else f
+        for f in report.findings
+    )
+    return dataclasses.replace(report, findings=findings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +206,11 @@ class ImpliedLoss:
                 pairs.append((computed * labels, seen * float(items)))
         if not all(math.isfinite(value) for value in pairs[0]):
             return
-        self.checked = any(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6) for a, b in pairs)
+        # Within the resolution of the format the loss was computed in: a bfloat16 module's own loss (Lightning's
+        # "bf16-true") differs from the same cross-entropy in float32 by up to a few of bfloat16's 2^-7 steps.
+        resolution = max(torch.finfo(t.dtype).eps for t in (outputs, loss) if t.is_floating_point())
+        tolerance = max(1e-3, 2 * resolution)
+        self.checked = any(math.isclose(a, b, rel_tol=tolerance, abs_tol=1e-6) for a, b in pairs)
         if strict and not self.checked:
             raise CannotJudge(self._refusal(outputs, targets, seen, computed))
 
@@ -226,6 +258,7 @@ class Outcome:
     _hooks: list  # the callback's own hooks' handles, set in its __init__
     loss_fn: Callable | None = None  # the user's loss, if given (set in the callback's __init__)
     loss_used: Callable | None = None  # what the doctor of the last run evaluates with: loss_fn, or an ImpliedLoss
+    KNOBS: Mapping[str, str] = MappingProxyType({})  # the integration's own setting for a verdict's advice (`knobs`)
 
     def report_dict(self) -> dict:
         """The report as a JSON-ready dict (Report.to_dict); {"verdict": None, "cannot_judge": why} without one."""
@@ -290,11 +323,21 @@ class Outcome:
 
     @contextlib.contextmanager
     def _judging(self):
-        """Run doctor code; a CannotJudge ends the doctor's part in this run (logged once), not the run."""
+        """Run doctor code; a CannotJudge, or any error of the doctor's own, ends its part in this run, not the run.
+
+        The doctor's code here includes its own passes through the user's model (its evaluation of validation, its
+        fits of fresh copies): an error there is the doctor's, said once in the log, and training goes on without it.
+        A KeyboardInterrupt goes on out, as from any other code of the run.
+        """
         try:
             yield
         except CannotJudge as error:
             self._give_up(str(error))
+        except Exception as error:  # noqa: BLE001 - a diagnosis must never stop the user's run
+            self._give_up(
+                f"the doctor's own code raised {type(error).__name__}: {error} (training goes on without it; a"
+                " traceback through the doctor's frames is a bug in the doctor: please report it)"
+            )
 
     def _give_up(self, why: str) -> None:
         if self.cannot_judge is None:
@@ -338,7 +381,7 @@ class Outcome:
             self._final = self._carry(observed.measurements)
             if self._earlier is not None:
                 observed = self._earlier.onto(observed)
-            self.report = diagnose(observed)
+            self.report = with_knobs(diagnose(observed), self.KNOBS)
         self._forget_doctor()  # a later run builds a new one
         if self.report is not None and log:
             LOG.log(*self._verdict_line())

@@ -59,7 +59,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from doctor.core import CannotJudge, Doctor
-from doctor.integrations import LOG, Outcome
+from doctor.integrations import LOG, Outcome, knobs
 from harness.torch_private import queue_after_backward
 
 # What the Trainer adds to model(**batch) that is not the batch (it passes it to models whose forward takes
@@ -119,6 +119,33 @@ def ending_watch_on_error(hook):
     return guarded
 
 
+# The Trainer's own settings for the checks' advice (transformers 5: TrainingArguments and Trainer's parameters).
+TRAINER_KNOBS = knobs(
+    "the Trainer",
+    {
+        "lr_too_high": "in the Trainer: TrainingArguments(learning_rate=) 10x smaller, or a warm-up (warmup_steps=)",
+        "lr_too_low": "in the Trainer: TrainingArguments(learning_rate=) 10x larger",
+        "still_improving": "in the Trainer: more TrainingArguments(num_train_epochs=), or a larger max_steps=",
+        "starved_loader": "in the Trainer: TrainingArguments(dataloader_num_workers=4, dataloader_pin_memory=True)",
+        "weight_decay_dominates": "in the Trainer: a smaller TrainingArguments(weight_decay=)",
+        "over_clipped": "in the Trainer: a larger TrainingArguments(max_grad_norm=) (1.0 by default)",
+        "exploding_gradients": "in the Trainer: TrainingArguments(max_grad_norm=1.0) clips them",
+        "warmup_never_ends": "in the Trainer: TrainingArguments(warmup_steps=, lr_scheduler_type=) count optimizer"
+        " steps; a scheduler given as Trainer(optimizers=(optimizer, scheduler)) is stepped once per optimizer step",
+        "rate_decayed_early": "in the Trainer: a scheduler given as Trainer(optimizers=(optimizer, scheduler)) is"
+        " stepped once per optimizer step, so give it its length in optimizer steps (or use"
+        " TrainingArguments(lr_scheduler_type=))",
+        "overfitting": "in the Trainer: TrainingArguments(weight_decay=, eval_strategy=, load_best_model_at_end=True)"
+        " with callbacks=[EarlyStoppingCallback()]",
+        "params_left_out": "in the Trainer: leave Trainer(optimizers=) unset (the Trainer builds its optimizer over"
+        " every trainable parameter), or build yours from model.parameters()",
+        "params_not_updated": "in the Trainer: leave Trainer(optimizers=) unset, or build yours from the model"
+        " the Trainer is given, after it is final",
+        "class_imbalance": "in the Trainer: a weighted loss through Trainer(compute_loss_func=)",
+    },
+)
+
+
 class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
     """Watches a Hugging Face Trainer's training with the doctor; `report` (and `report_dict()`) once it has ended.
 
@@ -127,6 +154,8 @@ class DoctorTrainerCallback(Outcome, TrainerCallback, ExportableState):
     model_factory= (a function returning a fresh model, for the memorization check), inputs=/targets=/output=,
     census_every=, ...
     """
+
+    KNOBS = TRAINER_KNOBS
 
     def __init__(self, loss_fn=None, **doctor_kwargs):
         self.loss_fn = loss_fn  # None: the loss the targets imply (ImpliedLoss), checked against the model's own

@@ -42,6 +42,7 @@ of steps and keeps what only the fit's start measured (doctor/integrations/__ini
 """
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -51,7 +52,7 @@ except ImportError:  # the package's older name
     from pytorch_lightning import Callback
 
 from doctor.core import CannotJudge, Doctor
-from doctor.integrations import LOG, Outcome
+from doctor.integrations import LOG, Outcome, knobs
 from harness.torch_private import grad_scaler_scale
 
 
@@ -96,6 +97,66 @@ class FetchClock:
                 setattr(self.profiler, name, own)
 
 
+class Converted:
+    """Batches as Lightning's precision plugin hands them to the module (`convert_input`), converted on each pass.
+
+    Under "64-true" or "bf16-true" the module's parameters are float64 or bfloat16 and Lightning converts each batch's
+    floating tensors to match, before the callback sees it: the user's validation must be converted the same way,
+    or the doctor's evaluation would feed float32 into a float64 layer.
+    """
+
+    def __init__(self, batches: Iterable, convert: Callable):
+        self.batches, self.convert = batches, convert
+
+    def __iter__(self) -> Iterator:
+        return (self.convert(batch) for batch in self.batches)
+
+
+def as_the_fit_runs(precision, doctor_kwargs: dict) -> dict:
+    """The callback's Doctor keywords with validation and the model factory converted as the fit converts its own.
+
+    The validation batches through the plugin's convert_input, each fresh model from the factory through its
+    convert_module (what the strategy does to the module at setup). A one-pass iterator is left as given: the Doctor
+    refuses it in its own words.
+    """
+    given = dict(doctor_kwargs)
+    validation, factory = given.get("validation"), given.get("model_factory")
+    if validation is not None and iter(validation) is not validation:
+        given["validation"] = Converted(validation, precision.convert_input)
+    if factory is not None:
+        given["model_factory"] = lambda: precision.convert_module(factory())
+    return given
+
+
+# Lightning's own settings for the checks' advice (lightning 2: the Trainer's parameters, configure_optimizers).
+LIGHTNING_KNOBS = knobs(
+    "Lightning",
+    {
+        "lr_too_high": "in Lightning: the rate configure_optimizers() gives, 10x smaller"
+        " (Tuner(trainer).lr_find(model) proposes one)",
+        "lr_too_low": "in Lightning: the rate configure_optimizers() gives, 10x larger"
+        " (Tuner(trainer).lr_find(model) proposes one)",
+        "still_improving": "in Lightning: a larger Trainer(max_epochs=) or max_steps=",
+        "starved_loader": "in Lightning: DataLoader(num_workers=, pin_memory=True, persistent_workers=True) in"
+        " train_dataloader() or the DataModule",
+        "weight_decay_dominates": "in Lightning: a smaller weight_decay in configure_optimizers()",
+        "over_clipped": "in Lightning: a larger Trainer(gradient_clip_val=)",
+        "exploding_gradients": "in Lightning: Trainer(gradient_clip_val=1.0) clips them",
+        "warmup_never_ends": "in Lightning: the scheduler's \"interval\" in configure_optimizers()' lr_scheduler"
+        ' config: "step" for a schedule counted in optimizer steps, "epoch" (the default) for one in epochs',
+        "rate_decayed_early": "in Lightning: the scheduler's \"interval\" in configure_optimizers()' lr_scheduler"
+        ' config: "epoch" (the default) for StepLR and the like, "step" only for a schedule in optimizer steps',
+        "overfitting": 'in Lightning: Trainer(callbacks=[EarlyStopping(monitor="val_loss")])',
+        "params_left_out": "in Lightning: build the optimizer in configure_optimizers() from self.parameters()",
+        "params_not_updated": "in Lightning: build the optimizer in configure_optimizers() from self.parameters()",
+        "no_zero_grad": "in Lightning: automatic optimization clears .grad itself; with"
+        " self.automatic_optimization = False, call opt.zero_grad() in training_step",
+        "wrong_mode": "in Lightning: the Trainer sets train() and eval() itself: look for a .eval() in"
+        " training_step or a hook",
+    },
+)
+
+
 class DoctorCallback(Outcome, Callback):
     """Watches a Lightning fit with the doctor; `report` (and `report_dict()`) once fit has ended.
 
@@ -106,6 +167,8 @@ class DoctorCallback(Outcome, Callback):
     (batches shaped as the training ones), model_factory= (a function returning a fresh LightningModule or model,
     for the memorization check), inputs=/targets=/output=, census_every=, ...
     """
+
+    KNOBS = LIGHTNING_KNOBS
 
     def __init__(self, loss_fn=None, **doctor_kwargs):
         super().__init__()
@@ -127,7 +190,8 @@ class DoctorCallback(Outcome, Callback):
             if len(optimizers) != 1:
                 raise CannotJudge(f"the doctor watches one optimizer and this module configures {len(optimizers)}")
             loss = self._doctor_loss()  # without loss_fn: the loss the task implies, checked at the first backward
-            return self._built(Doctor(pl_module, optimizers[0], loss, scaler=self._scaler, **self.doctor_kwargs))
+            given = as_the_fit_runs(trainer.precision_plugin, self.doctor_kwargs)
+            return self._built(Doctor(pl_module, optimizers[0], loss, scaler=self._scaler, **given))
 
         # A fit resumed from a checkpoint has its ckpt_path; Lightning has restored the callback's state_dict
         # (load_state_dict) by now, and restores global_step only after on_fit_start.
