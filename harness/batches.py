@@ -137,6 +137,21 @@ def floats(inputs) -> list[torch.Tensor]:
     return [t for t in tensors(inputs) if t.is_floating_point()]
 
 
+def in_dtype_of(model: nn.Module, inputs):
+    """The inputs with their floating tensors in the model's floating dtype, where the two differ.
+
+    A loop that trains a float64 or bfloat16 model converts its batches itself (`net(x.double())`), after the doctor
+    has seen them: the doctor's own forwards (its first look, evaluations, fits) do what such a loop must do, or
+    its first look would feed float32 to a float64 layer. The dtype is the first floating parameter's; token ids
+    and masks are left as they are, and so is everything where the dtypes already agree (mixed precision's float32
+    parameters under autocast).
+    """
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    if dtype is None or all(t.dtype == dtype for t in floats(inputs)):
+        return inputs
+    return apply(inputs, lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
 def scaled(inputs, factor: float):
     """The inputs with every floating-point tensor times `factor` (token ids and masks as they are)."""
     return apply(inputs, lambda t: t * factor if t.is_floating_point() else t)
@@ -315,7 +330,7 @@ class BatchLayout:
         call = self._calls.get(kind)
         if call is None:
             call = self._calls[kind] = self._call(inputs)
-        return self.output_of(call(model, inputs))
+        return self.output_of(call(model, in_dtype_of(model, inputs)))
 
     def _call(self, inputs) -> Callable:
         """How the model takes inputs of this kind; BatchError when its forward needs inputs the batch lacks."""
