@@ -372,6 +372,37 @@ def _late_fall_z(m: Mapping) -> float:
     if halves is None:
         return math.nan
     _, first, second = halves
+    return _fall_z(first, second)
+
+
+# Validation reads in the run's last quarter the still-learning reading needs to read validation rather than the
+# training loss: three a half, so that each half's median and spread rest on more than one pass. The grid's cells,
+# reading every 50 of 600 steps, have 4 there; the doctor's reads thin out to about 9 (doctor/validation_reads.py).
+LATE_VAL_READS = 6
+
+
+def _late_val_fall_z(m: Mapping) -> float:
+    """How far the validation loss fell across the run's last quarter, in standard errors of that fall; NaN: unread.
+
+    As `_late_fall_z`, on the validation reads whose step lies in the last quarter of the run (at or after three
+    quarters of the last read's step, the run's end), cut in two halves by count: at least LATE_VAL_READS of them,
+    else NaN (and the training loss is read instead: OutcomeGate.still_learning).
+    """
+    steps, losses = m.get("val_steps"), m.get("val_loss_curve")
+    if steps is None or losses is None or not len(steps) or len(steps) != len(losses):
+        return math.nan
+    read = [(s, v) for s, v in zip(steps, losses, strict=True) if v is not None and math.isfinite(v)]
+    if not read:
+        return math.nan
+    end = read[-1][0]
+    late = np.asarray([v for s, v in read if s >= 0.75 * end], dtype=float)
+    if len(late) < LATE_VAL_READS:
+        return math.nan
+    return _fall_z(late[: len(late) // 2], late[len(late) // 2 :])
+
+
+def _fall_z(first: np.ndarray, second: np.ndarray) -> float:
+    """The fall from the first stretch's median to the second's, in standard errors of that fall (see _late_fall_z)."""
     medians = float(np.median(first)), float(np.median(second))
     spread = 1.4826 * float(np.median(np.abs(np.concatenate([first - medians[0], second - medians[1]]))))
     error = 1.2533 * spread * math.sqrt(1 / len(first) + 1 / len(second))
@@ -647,6 +678,15 @@ FEATURES_LIST = [
         False,
         _late_fall_z,
         reads=("train_loss_curve",),
+    ),
+    Feature(
+        "late_val_fall_z",
+        "the validation loss's fall across the run's last quarter (two halves' medians), in standard errors; NaN"
+        " under 6 validation reads there",
+        "the run's own read-to-read noise in that stretch: the same reading on any run length",
+        False,
+        _late_val_fall_z,
+        reads=("val_steps", "val_loss_curve"),
     ),
     Feature(
         "late_fall_share",

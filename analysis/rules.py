@@ -101,6 +101,7 @@ class OutcomeGate:
     # the features it needs
     reads: tuple[str, ...] = (
         "late_fall_z",
+        "late_val_fall_z",
         "late_fall_share",
         "skill_shortfall",
         "shortfall_z",
@@ -130,20 +131,39 @@ class OutcomeGate:
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
 
+    def learning_curve(self, values: Mapping) -> str:
+        """Which loss the still-learning reading reads: validation where it was read often enough late in the run."""
+        return "validation" if math.isfinite(values.get("late_val_fall_z", math.nan)) else "training"
+
     def still_learning(self, values: Mapping) -> bool:
-        """The training loss still fell across the run's last quarter, by more than `beyond_noise` standard errors."""
+        """The run's loss still fell across its last quarter, by more than `beyond_noise` standard errors.
+
+        Its validation loss where it was read at least LATE_VAL_READS times there (`late_val_fall_z`): a training loss
+        that still falls while validation has flattened is no run to train longer. Else its training loss.
+        """
+        if self.learning_curve(values) == "validation":
+            return bool(values["late_val_fall_z"] > self.beyond_noise)
         return bool(values["late_fall_z"] > self.beyond_noise)
 
     def flattened(self, values: Mapping) -> bool:
         """The loss had stopped falling: not still learning, and under `flat_share` of its fall in its last quarter.
 
-        False where it cannot be read (a run under LATE_STEPS steps): a run cut that early is too early to judge.
+        On validation (as `still_learning`), not still learning is enough: held-out loss that no longer falls is the
+        run's own end. False where it cannot be read (a run under LATE_STEPS steps): too early to judge.
         """
-        return not self.still_learning(values) and bool(values["late_fall_share"] <= self.flat_share)
+        if self.still_learning(values):
+            return False
+        return self.learning_curve(values) == "validation" or bool(values["late_fall_share"] <= self.flat_share)
 
     def too_early(self, values: Mapping) -> str:
         """Why the outcome of a run cut before its loss flattened is not judged (the report's words)."""
         z, share = values["late_fall_z"], values["late_fall_share"]
+        if self.learning_curve(values) == "validation":
+            return (
+                "too early to judge the outcome: the run was cut while its validation loss still fell (its last quarter"
+                f" fell {values['late_val_fall_z']:.1f} standard errors; judged once it falls by no more than"
+                f" {self.beyond_noise:.0f})"
+            )
         if math.isnan(z):
             return f"too early to judge the outcome: the run was cut before {LATE_STEPS} training steps"
         return (
@@ -449,14 +469,19 @@ def diagnose(
 
 def _stopped_learning_early(values: Mapping, gate_evidence: str) -> Finding:
     """The verdict of a run that fell short while its loss was still falling: it stopped too early, not failed."""
-    z = values["late_fall_z"]
+    if OUTCOME_GATE.learning_curve(values) == "validation":
+        feature, z = "late_val_fall_z", values["late_val_fall_z"]
+        fell = f"the validation loss was still falling when the run stopped: across its last quarter it fell {z:.1f}"
+        share = ""
+    else:
+        feature, z = "late_fall_z", values["late_fall_z"]
+        fell = f"the training loss was still falling when the run stopped: across its last quarter it fell {z:.1f}"
+        share = f"{values['late_fall_share']:.0%} of its fall so far; "
     evidence = (
-        f"the training loss was still falling when the run stopped: across its last quarter it fell {z:.1f} standard"
-        f" errors of its own noise ({values['late_fall_share']:.0%} of its fall so far; still learning past"
-        f" {OUTCOME_GATE.beyond_noise:.0f}), and the run fell short ({gate_evidence}): no check names a fault, it"
-        " had not finished learning"
+        f"{fell} standard errors of its own noise ({share}still learning past {OUTCOME_GATE.beyond_noise:.0f}), and"
+        f" the run fell short ({gate_evidence}): no check names a fault, it had not finished learning"
     )
-    judged = {"feature": "late_fall_z", "value": float(z), "threshold": OUTCOME_GATE.beyond_noise, "above": True}
+    judged = {"feature": feature, "value": float(z), "threshold": OUTCOME_GATE.beyond_noise, "above": True}
     return Finding(STILL_IMPROVING.verdict, evidence, STILL_IMPROVING.next_step, math.nan, **judged)
 
 
@@ -509,7 +534,10 @@ def verdicts(
             for fact in facts
         ]
     ).T.reshape(len(records), len(facts))
-    learning = [OUTCOME_GATE.still_learning({"late_fall_z": z}) for z in table["late_fall_z"]]
+    learning = [
+        OUTCOME_GATE.still_learning({"late_fall_z": z, "late_val_fall_z": v})
+        for z, v in zip(table["late_fall_z"], table["late_val_fall_z"], strict=True)
+    ]
     verdict, failing, warned = [], [], []
     for row, fact_row, hurt, still in zip(fired, facts_fired, harmed, learning, strict=True):
         hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]

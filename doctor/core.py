@@ -87,6 +87,7 @@ from doctor import distributed
 from doctor.machine import Checklist, bigger_machine, memory_line
 from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
+from doctor.validation_reads import ValidationReads
 from harness.after_training import FIT_COLUMNS, MEMORIZATION, Probes, end_of_run, run_record
 from harness.batches import (
     BatchError,
@@ -201,6 +202,8 @@ def refusing():
 
 
 NO_VALIDATION = "no validation given"
+# The validation reads' columns (harness/instruments/losses.py)
+VAL_CURVE = ("val_steps", "val_loss_curve", "val_acc_curve")
 
 
 @contextlib.contextmanager
@@ -315,6 +318,9 @@ class Doctor:
             budget=budget if budget is None or isinstance(budget, CostBudget) else CostBudget(budget),
         )
         self.nonfinite = self.instruments.nonfinite
+        # Validation read while the run trains, thinning out as it grows and within the budget: whether the run was
+        # still learning when it stopped is read on validation where it was read often enough late in the run.
+        self.val_reads = ValidationReads(self.instruments.budget) if validation is not None else None
         # The report's time after the loop: at most `report_budget` of the loop's own time or REPORT_FLOOR_S seconds,
         # whichever is larger (harness/instruments/budget.py); a fit that would run past it is cut. None: no cap.
         self.report_budget = (
@@ -457,7 +463,9 @@ class Doctor:
             self.input_scale = self.instruments.probe_batch.scale_seen_by_model(self._first)
             self._first = None
             if self.validation is not None and self.task is not None:  # else read with the task, at the first step
-                self.val_start = self._evaluate(self.validation)
+                self.val_start = self._read_validation(0)
+        elif self._validation_due():
+            self._read_validation(self.steps)
         if self.ranks is not None:
             self.ranks.batch(inputs, targets)
         # Remembered for the training accuracy, inline: this runs on every step of the user's loop.
@@ -468,6 +476,20 @@ class Doctor:
             and self._recent_examples - _batch_size(self.recent[0][1]) >= self._keep_examples
         ):
             self._recent_examples -= _batch_size(self.recent.popleft()[1])
+
+    def _validation_due(self) -> bool:
+        """Whether validation is read before this step, for the still-learning reading (doctor/validation_reads.py)."""
+        if self.val_reads is None or self.task is None or self.own_evaluations or self.val_start is None:
+            return False
+        return self.val_reads.due(self.steps, self.instruments.data_wait.loop_start)
+
+    def _read_validation(self, step: int) -> tuple[float, float]:
+        """Validation's loss and score on the weights after `step` steps, kept as the run's validation curve."""
+        began = time.perf_counter()
+        read = self._evaluate(self.validation)
+        self.instruments.log_validation(step, *read)
+        self.val_reads.read(step, time.perf_counter() - began)
+        return read
 
     def _evaluate(self, batches: Iterable, split: bool = True) -> tuple[float, float]:
         """Loss and score on batches as the loop's (split=True) or on (inputs, targets) pairs already split."""
@@ -530,7 +552,7 @@ class Doctor:
         self.instruments.task_read(task.kind)
         self.instruments.outputs.read_loss_again()  # named at the next census forward, read as the loss reads it
         if self.validation is not None and not self.own_evaluations:
-            self.val_start = self._evaluate(self.validation)  # the weights are still the first: no step yet
+            self.val_start = self._read_validation(0)  # the weights are still the first: no step yet
 
     @property
     def steps(self) -> int:
@@ -617,6 +639,9 @@ class Doctor:
             else:
                 train_loss, train_acc = self._evaluate(_last_batches(self.recent, self.keep_batches), split=False)
                 val_loss, val_acc = self._evaluate(self.validation) if self.validation is not None else (math.nan,) * 2
+                if self.validation is not None:  # the curve ends where the run did, as a cell's (harness/cell.py)
+                    for column, value in zip(VAL_CURVE, (self.steps, val_loss, val_acc), strict=True):
+                        measured[column] = [*measured[column], value]
         # Memorization and the capacity fit take examples by the inputs' first dimension; a loop whose inputs keep
         # the batch elsewhere (sequence first, (T, B, ...)) has no example rows to take: neither is measured.
         # Decided once for the run: the first batches' (the instruments keep examples from them), else the last's.

@@ -347,3 +347,41 @@ def test_a_run_cut_before_its_loss_flattened_is_too_early_to_judge_and_its_oddit
         "cut before 8 training steps"
         in diagnose(record(**FELL_SHORT, train_loss_curve=[2.3] * 5), RULES, thresholds, cut_short=True)[0].evidence
     )
+
+
+# ----- still learning, read on validation where it was read often enough late in the run -----------------------
+def val_reads(steps: int, span: float, every: int, seed: int = 1) -> dict:
+    """Validation reads every `every` steps (and at the end) of a loss falling with time constant `span` steps."""
+    rng = np.random.default_rng(seed)
+    at = [*range(0, steps, every), steps]
+    return {
+        "val_steps": at,
+        "val_loss_curve": [0.2 + 2.1 * math.exp(-t / span) + 0.01 * rng.standard_normal() for t in at],
+    }
+
+
+def test_a_training_loss_still_falling_on_a_run_whose_validation_flattened_is_not_still_learning():
+    thresholds = {**GATED, "overfitting": 2.0}
+    training = {"train_loss_curve": loss_curve(600, span=600)}  # still falling: read alone, still_improving
+    flat = record(**FELL_SHORT, **training, **val_reads(600, span=30, every=20))
+    falling = record(**FELL_SHORT, **training, **val_reads(600, span=600, every=20))
+    assert OUTCOME_GATE.learning_curve(features(flat)) == "validation"
+    assert not OUTCOME_GATE.still_learning(features(flat)) and OUTCOME_GATE.flattened(features(flat))
+    assert diagnose(flat, RULES, thresholds)[0].verdict == UNEXPLAINED  # train longer would not help
+    found = diagnose(falling, RULES, thresholds)
+    assert found[0].verdict == "still_improving" and found[0].feature == "late_val_fall_z"
+    assert "the validation loss was still falling when the run stopped" in found[0].evidence
+    assert verdicts(pd.DataFrame([flat, falling]), RULES, thresholds).verdict.tolist() == [
+        UNEXPLAINED,
+        "still_improving",
+    ]
+    cut = diagnose(falling, RULES, thresholds, cut_short=True)[0]
+    assert "cut while its validation loss still fell" in cut.evidence
+
+
+def test_with_fewer_than_six_validation_reads_late_in_the_run_the_training_loss_is_read():
+    # The grid's cells read validation every 50 of 600 steps: 4 reads in the last quarter, too few for a median
+    # and a spread of each half; their still-learning reading is the training loss's, as before.
+    sparse = features(record(train_loss_curve=loss_curve(600, span=600), **val_reads(600, span=30, every=50)))
+    assert math.isnan(sparse["late_val_fall_z"]) and OUTCOME_GATE.learning_curve(sparse) == "training"
+    assert OUTCOME_GATE.still_learning(sparse)

@@ -55,7 +55,7 @@ def test_a_fit_that_would_run_past_the_budget_is_cut_early_and_recorded_as_not_m
     # Cut once its first steps project ten seconds, not when the budget has gone: the report does not wait for it.
     assert time.perf_counter() - began < 0.3
     assert math.isnan(measured["fitted"])
-    assert "after 5 of 1000 steps" in budget.cut["a clean copy"]
+    assert "after 3 of 1000 steps" in budget.cut["a clean copy"]
     assert budget.passes["a clean copy"] < 0.3
 
 
@@ -135,3 +135,32 @@ def test_without_a_report_budget_nothing_is_cut_and_the_json_says_none():
     assert not report.cost.after_cut and "budget" not in report.cost.after_line()
     assert report.to_dict()["cost"]["after_budget_s"] is None
     assert not math.isnan(report.measurements["capacity_score"])
+
+
+def test_a_fit_that_runs_out_of_the_devices_memory_is_not_measured_and_the_run_is_still_reported():
+    # A fresh copy and its optimizer beside the trained model can exceed an accelerator's memory at the report:
+    # simulated here by a factory whose copies raise torch's out-of-memory error on their first forward.
+    class NoRoom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model()
+
+        def forward(self, x):
+            if not torch.is_grad_enabled() or not self.training:
+                return self.inner(x)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    torch.manual_seed(0)
+    net = model()
+    optimizer, loss_fn = torch.optim.Adam(net.parameters(), lr=1e-2), nn.CrossEntropyLoss()
+    doctor = Doctor(net, optimizer, loss_fn, validation=digits_like(256, seed=1), model_factory=NoRoom)
+    for x, y in doctor.watch(digits_like() * 2):
+        optimizer.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        doctor.after_backward(loss)
+        optimizer.step()
+    report = doctor.report()
+    assert report.cost.after_cut["a clean copy"].startswith("ran out of the device's memory: CUDA out of memory")
+    assert "memorization" in report.cost.after_cut and math.isnan(report.measurements["capacity_score"])
+    assert report.verdict == "healthy", str(report)

@@ -32,13 +32,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import torch
+
 DENSE_STEPS = 10  # the initialization checks, the first loss and the censuses of steps 0, 1, 2, 4 and 8
 SHARE = 0.03  # of the loop's own time: the doctor's cost users said they would keep switched on (issue 34)
 # The report's time: at most this share of the loop's own time, or this many seconds, whichever is larger (issue 51's
 # goal: a report that waits longer than a quarter of the training, or half a minute, is one users stop asking for).
 REPORT_SHARE = 0.25
 REPORT_FLOOR_S = 30.0
-PROJECTED_AFTER = 5  # fit steps timed before a fit's whole length is projected from them (the first builds the model)
+PROJECTED_AFTER = 3  # fit steps timed before a fit's whole length is projected from them (the first builds the model)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,16 @@ class CostBudget:
         loop_s = time.perf_counter() - loop_start - self.spent_s
         return self.spent_s - self.start_s <= self.share * loop_s
 
+    def affords(self, seconds: float, loop_start: float | None) -> bool:
+        """Whether `seconds` more of the instruments' time (a pass over validation) keeps them within the share.
+
+        Never before the loop has started: there is no loop time to measure the share on.
+        """
+        if loop_start is None:
+            return False
+        loop_s = time.perf_counter() - loop_start - self.spent_s
+        return self.spent_s - self.start_s + seconds <= self.share * loop_s
+
     def cost(self, steps: int, loop_start: float | None) -> Cost:
         elapsed = time.perf_counter() - loop_start if loop_start is not None else 0.0
         return Cost(self.share, self.spent_s, max(elapsed - self.spent_s, 0.0), self.watched_steps, steps, self.start_s)
@@ -151,7 +163,8 @@ class ReportBudget:
     `start(loop_s)` sets the budget as the loop ends. `timed(name)` times a pass. `run(name, steps, fit, fallback)`
     runs a fit of `steps` steps that calls the check it is given once a step: the check raises once the budget is
     spent, or once the steps so far project the fit's end past it; the fit's measurements are then `fallback` (not
-    measured), and the cut is kept with where it happened.
+    measured), and the cut is kept with where it happened. A fit that runs out of the device's memory (a fresh copy
+    and its optimizer beside the trained model) is kept as not measured the same way, rather than end the run.
     """
 
     def __init__(self, share: float = REPORT_SHARE, floor_s: float = REPORT_FLOOR_S):
@@ -208,4 +221,7 @@ class ReportBudget:
                 return fit(check)
             except OverReportBudget as cut:
                 self.cut[name] = str(cut)
+                return dict(fallback)
+            except torch.OutOfMemoryError as error:  # a fresh copy beside the trained model: the device had no room
+                self.cut[name] = f"ran out of the device's memory: {str(error).splitlines()[0][:200]}"
                 return dict(fallback)
