@@ -95,43 +95,32 @@ def end_of_run(
     cut and recorded as not measured (`budget.cut` says which, and where).
     """
     budget = budget or ReportBudget(floor_s=math.inf)  # none: every pass runs to its end
-    memorized = dict(NOT_MEMORIZED)
+
+    def fitted(name: str, fit: Callable, data: tuple, rates: tuple, steps: int, fallback: dict, **more) -> dict:
+        """`fit` of fresh models on `data` under the probes' settings, cut where the budget says (then `fallback`)."""
+
+        def capped_fit(capped: Callable[[], None]) -> dict:
+            check = lambda: (probes.check(), capped())  # noqa: E731 - the cell's time limit, then the budget's
+            common = {"seed": probes.seed, "check": check, "forward": probes.forward}
+            return fit(make_model, *data, loss_fn, rates=rates, steps=steps, **common, **more)
+
+        return budget.run(name, len(rates) * steps, capped_fit, fallback)
+
+    memorized, capacity = dict(NOT_MEMORIZED), dict(NO_CAPACITY)
     if make_model is not None and memorize_on is not None:
-        x, y = memorize_on
-
-        def memorization(capped: Callable[[], None]) -> dict:
-            return memorize(
-                make_model,
-                x,
-                y,
-                loss_fn,
-                rates=probes.memorize_rates,
-                steps=probes.memorize_steps,
-                seed=probes.seed,
-                check=lambda: (probes.check(), capped()),
-                forward=probes.forward,
-            )
-
-        steps = len(probes.memorize_rates) * probes.memorize_steps
-        memorized = budget.run(MEMORIZATION, steps, memorization, NOT_MEMORIZED)
-    capacity = dict(NO_CAPACITY)
+        memorized = fitted(
+            MEMORIZATION, memorize, memorize_on, probes.memorize_rates, probes.memorize_steps, NOT_MEMORIZED
+        )
     if make_model is not None and capacity_on:
-
-        def clean_copy(capped: Callable[[], None]) -> dict:
-            return fit_capacity(
-                make_model,
-                capacity_on,
-                loss_fn,
-                rates=probes.capacity_rates,
-                steps=probes.capacity_steps,
-                seed=probes.seed,
-                check=lambda: (probes.check(), capped()),
-                forward=probes.forward,
-                held_out=capacity_held_out,
-            )
-
-        steps = len(probes.capacity_rates) * probes.capacity_steps
-        capacity = budget.run(CLEAN_COPY, steps, clean_copy, NO_CAPACITY)
+        capacity = fitted(
+            CLEAN_COPY,
+            fit_capacity,
+            (capacity_on,),
+            probes.capacity_rates,
+            probes.capacity_steps,
+            NO_CAPACITY,
+            held_out=capacity_held_out,
+        )
     reference, leak = dict(NO_REFERENCE), dict(NO_LEAK)
     if kept is not None:
         with budget.timed("quick references"):

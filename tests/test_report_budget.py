@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import torch
 from conftest import ROOT
+from test_doctor import loop_over_the_doctor
 from torch import nn
 
 from doctor import Doctor
@@ -48,15 +49,15 @@ def test_the_budget_is_the_larger_of_its_share_of_the_loop_and_its_floor():
 
 
 def test_a_fit_that_would_run_past_the_budget_is_cut_early_and_recorded_as_not_measured():
-    budget = ReportBudget(share=0.25, floor_s=0.3)
+    budget = ReportBudget(share=0.25, floor_s=3.0)
     budget.start(loop_s=0.0)
     began = time.perf_counter()
     measured = budget.run("a clean copy", 1000, sleepy_fit(1000, 0.01), {"fitted": math.nan})
-    # Cut once its first steps project ten seconds, not when the budget has gone: the report does not wait for it.
-    assert time.perf_counter() - began < 0.3
+    # Cut once its first half second projects ten seconds, not when the budget has gone: the report does not wait.
+    assert time.perf_counter() - began < 2.0
     assert math.isnan(measured["fitted"])
-    assert "after 3 of 1000 steps" in budget.cut["a clean copy"]
-    assert budget.passes["a clean copy"] < 0.3
+    assert " of 1000 steps" in budget.cut["a clean copy"] and "would have ended" in budget.cut["a clean copy"]
+    assert budget.passes["a clean copy"] < 2.0
 
 
 def test_a_fit_within_the_budget_runs_to_its_end_and_is_timed():
@@ -153,14 +154,10 @@ def test_a_fit_that_runs_out_of_the_devices_memory_is_not_measured_and_the_run_i
     torch.manual_seed(0)
     net = model()
     optimizer, loss_fn = torch.optim.Adam(net.parameters(), lr=1e-2), nn.CrossEntropyLoss()
-    doctor = Doctor(net, optimizer, loss_fn, validation=digits_like(256, seed=1), model_factory=NoRoom)
-    for x, y in doctor.watch(digits_like() * 2):
-        optimizer.zero_grad()
-        loss = loss_fn(net(x), y)
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
-    report = doctor.report()
+    doctor = Doctor(
+        net, optimizer, loss_fn, digits_like() * 2, validation=digits_like(256, seed=1), model_factory=NoRoom
+    )
+    report = loop_over_the_doctor(doctor, net, optimizer, loss_fn)
     assert report.cost.after_cut["a clean copy"].startswith("ran out of the device's memory: CUDA out of memory")
     assert "memorization" in report.cost.after_cut and math.isnan(report.measurements["capacity_score"])
     assert report.verdict == "healthy", str(report)

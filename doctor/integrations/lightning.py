@@ -121,7 +121,8 @@ def as_the_fit_runs(precision, doctor_kwargs: dict) -> dict:
     """
     given = dict(doctor_kwargs)
     validation, factory = given.get("validation"), given.get("model_factory")
-    if validation is not None and iter(validation) is not validation:
+    # Asked of the type, never by calling iter(): a DataLoader's iterator draws its seed from the run's random stream.
+    if validation is not None and not isinstance(validation, Iterator):
         given["validation"] = Converted(validation, precision.convert_input)
     if factory is not None:
         given["model_factory"] = lambda: precision.convert_module(factory())

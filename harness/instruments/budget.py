@@ -40,7 +40,10 @@ SHARE = 0.03  # of the loop's own time: the doctor's cost users said they would 
 # goal: a report that waits longer than a quarter of the training, or half a minute, is one users stop asking for).
 REPORT_SHARE = 0.25
 REPORT_FLOOR_S = 30.0
-PROJECTED_AFTER = 3  # fit steps timed before a fit's whole length is projected from them (the first builds the model)
+# A fit's whole length is projected once it has run this many steps (the first builds the model) and this long: a
+# few heavy steps say enough, and many light ones are needed before a busy host's pause stops moving the projection.
+PROJECTED_AFTER = 3
+PROJECTED_AFTER_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,8 @@ class ReportBudget:
             now = time.perf_counter()
             first = first or now  # the first step also builds the model: the projection times the steps after it
             projected = now + (now - first) / max(done - 1, 1) * (steps - done)
-            if now > deadline or (done >= PROJECTED_AFTER and projected > deadline):
+            measured = done >= PROJECTED_AFTER and now - began >= PROJECTED_AFTER_S
+            if now > deadline or (measured and projected > deadline):
                 raise OverReportBudget(
                     f"after {done} of {steps} steps, {now - began:.1f} s; the whole would have ended"
                     f" {projected - self.started:.0f} s into the report"
