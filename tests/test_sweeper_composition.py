@@ -18,9 +18,12 @@ import pytest
 from conftest import CONF
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import OmegaConf
 
+from harness.checks import ConfigError
+from harness.cli import group_options
 from hydra_plugins.doctor_grid_sweeper.grid_sweeper import GridSweeper
 
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
@@ -100,3 +103,25 @@ def test_the_covering_cells_hold_every_override_and_every_pair_of_compositions()
     assert pairs(picked) == pairs(jobs)
     # The six compositions, one more cell for the second seed and one for the second fault: 8 of 24.
     assert len(picked) == 8 and picked[0] == jobs[0]
+
+
+def test_the_zoo_finds_every_fault_file_at_every_size_as_the_default_grid_finds_its_own():
+    # The zoo's fault list was written by hand, so `make fit` never fitted a new fault (issue 52); it is a glob into
+    # conf/fault/'s subfolders now, expanded by the grid sweeper.
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        config = compose("config", overrides=["+sweep=zoo_faults"], return_hydra_config=True)
+        grid = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+        sweeper = GridSweeper(params=grid["params"], variants=grid["variants"])
+        sweeper.setup(
+            hydra_context=HydraContext(config_loader=GlobalHydra.instance().config_loader(), callbacks=None),
+            task_function=None,
+            config=config,
+        )
+        jobs = sweeper.job_overrides(["+sweep=zoo_faults"])
+        with pytest.raises(ConfigError, match=r"fault=glob\(\[sizes/\*\]\) finds no option in conf/fault/sizes"):
+            sweeper._nested_glob(OverridesParser.create(), "fault", "glob([sizes/*])")
+    faults = [next(o.split("=", 1)[1] for o in job if o.startswith("fault=")) for job in jobs]
+    # Every file of conf/fault/ and of its mild/ and extreme/ folders (the language models' lm/ are another grid's).
+    every = [o for o in group_options("fault", []) if o.rpartition("/")[0] in ("", "mild", "extreme")]
+    assert sorted(set(faults)) == sorted(every) and len(jobs) == len(every) * len(grid["variants"])
+    assert {"mild/lr_too_high", "extreme/lr_too_high", "lr_too_high", "healthy"} <= set(faults)

@@ -9,7 +9,11 @@ very same config for every job, but it is built for many short cells:
 - it runs the cells on joblib workers directly (`n_jobs`, `backend`), with one progress bar and one summary;
 - `pairs` plants two faults per cell: every pair of the listed fault options that do not set the same key;
 - `variants` crosses the grid with a list of override bundles instead of a full product (the zoo: each
-  bundle is one healthy recipe, say `[optimizer=sgd, model.hidden=[32]]`, or one problem with its own recipe).
+  bundle is one healthy recipe, say `[optimizer=sgd, model.hidden=[32]]`, or one problem with its own recipe);
+- a group's `glob` in `params` may reach into its subfolders (`fault: glob([*,mild/*,extreme/*])`, the zoo's
+  every fault at every size): Hydra's own glob chooses among a group's top-level files only, so the sweeper lists
+  such a glob's options itself, from the same config search path, and a fault file added to any of those folders
+  joins the grid without an edit to it.
 Hydra's own sweeper and launchers stay available: `hydra/sweeper=basic hydra/launcher=joblib` runs every
 cell as a Hydra job (slower per cell, but any Hydra launcher, e.g. a SLURM one, can then be used).
 
@@ -27,6 +31,7 @@ tests/test_sweeper_composition.py (a Hydra upgrade that changes them fails there
 """
 
 import copy
+import fnmatch
 import itertools
 import sys
 from dataclasses import dataclass, field
@@ -85,7 +90,7 @@ class GridSweeper(Sweeper):
     def job_overrides(self, arguments: list[str]) -> list[list[str]]:
         """The overrides of every job of the grid, in order, as Hydra's basic sweeper splits them."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        params = dict(self.params)
+        params = {key: self._nested_glob(parser, key, value) for key, value in self.params.items()}
         if self.pairs:
             params["fault"] = ",".join(f"[{a},{b}]" for a, b in self.fault_pairs())
         lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
@@ -93,6 +98,32 @@ class GridSweeper(Sweeper):
         for variant in self.variants or [[]]:
             jobs += BasicSweeper.split_arguments(parser.parse_overrides(lines + variant), None)[0]
         return [list(job) for job in jobs]
+
+    def _nested_glob(self, parser: OverridesParser, key: str, value: Any) -> Any:
+        """A group's glob whose patterns name subfolders (`mild/*`), as the comma list of the options it finds.
+
+        Each include pattern is matched in its own folder of the group (`mild/*` among conf/fault/mild/'s options,
+        through the config loader, so an extra config dir's files count too), the excludes against the whole
+        option name; the options come in the patterns' order, each folder's sorted. Any other value is left to
+        Hydra. A glob that finds nothing is a ConfigError naming the folders it looked in.
+        """
+        if not (isinstance(value, str) and value.startswith("glob(") and "/" in value):
+            return value
+        loader = self.hydra_context.config_loader
+        pattern = parser.parse_override(f"{key}={value}").value()
+        found: list[str] = []
+        for include in pattern.include:
+            folder, _, name = include.rpartition("/")
+            prefix = f"{folder}/" if folder else ""
+            for option in loader.get_group_options(f"{key}/{folder}" if folder else key):
+                full = prefix + option
+                excluded = any(fnmatch.fnmatch(full, exclude) for exclude in pattern.exclude)
+                if fnmatch.fnmatch(option, name) and not excluded and full not in found:
+                    found.append(full)
+        if not found:
+            folders = sorted({f"conf/{key}/{i.rpartition('/')[0]}".rstrip("/") for i in pattern.include})
+            raise ConfigError(f"{key}={value} finds no option in {', '.join(folders)}")
+        return ",".join(found)
 
     def compose_cells(self, arguments: list[str]) -> list[DictConfig]:
         """The resolved application config of every job of the grid (without the hydra node), in job order."""
