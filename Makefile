@@ -72,7 +72,7 @@ fit: setup ## fit the rules' thresholds per step budget on digits and the zoo pr
 	$(BIN)/python -m analysis fit runs/zoo
 
 docs: setup ## regenerate the tables of docs/ (faults, rules, features, records) from the code and conf/, and docs/doctor.md's example reports
-	$(BIN)/python -m analysis docs
+	$(BIN)/python -m doctor.pages
 
 report: setup ## score the rules, naive rules, tree and forest on RUNS (and the zoo, pairs, families); writes reports/report.md
 	$(BIN)/python -m analysis report $(RUNS)

@@ -10,8 +10,6 @@ python -m analysis devices [runs/devices]  the device study, its crossover table
 python -m analysis forecast [runs/zoo]     the training-loss forecast scored against runs' own continuations
 python -m analysis data-curve [runs/zoo]   would more data help: the data gain by run, overfitting checks compared
 python -m analysis rules                   the rules, what each feature is normalized by, the thresholds
-python -m analysis docs [--check]          write the generated tables of docs/ (--check: only say which are stale)
-python -m analysis docs --record-examples [NAME ...]  run the example recipes docs/doctor.md shows, keep their runs
 (the report also includes runs/realbugs/realbugs.md, written by `make realbugs`: python -m benchmarks.realbugs)
 """
 
@@ -56,17 +54,6 @@ def parser() -> argparse.ArgumentParser:
                 default = DEFAULT_RECORDS[study]
                 sub.add_argument(f"--{study}", default=default, help=f"{study} records for the report ({default})")
     commands.add_parser("rules", help="print the rules table (docs/rules.md carries it)")
-    docs = commands.add_parser(
-        "docs", help="write docs/faults.md, rules.md, features.md, records.md and the generated blocks of other pages"
-    )
-    docs.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page or block is stale")
-    docs.add_argument(
-        "--record-examples",
-        nargs="*",
-        metavar="NAME",
-        help="first run the example recipes examples/NAME.py under the doctor (default: every one the docs show)"
-        " and keep their measurements in docs/examples/NAME.observed.json; takes minutes",
-    )
     return top
 
 
@@ -77,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
 
         print(rules_table())
         return 0
-    if args.command == "docs":
-        return docs_command(args)
     try:
         records = load_records(args.records)
     except (NoRecords, ValueError) as error:  # no records, or duplicate cell ids
@@ -89,32 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     except NothingToFit as error:  # a slice with nothing this command can fit or score
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return 0
-
-
-def docs_command(args: argparse.Namespace) -> int:
-    """`docs`: record the shown examples if asked, then write the generated pages and blocks (or only check them)."""
-    from analysis import docs
-
-    try:
-        if args.record_examples is not None:
-            from doctor import doc_examples  # the doctor sits above analysis/: imported only for this
-
-            names = args.record_examples or docs.block_arguments(doc_examples.KIND)
-            doc_examples.record(names)
-        if args.check:
-            behind = docs.stale()
-            for name in behind:
-                print(f"stale: docs/{name} (run `make docs`)")
-            return 1 if behind else 0
-        for name in docs.write():
-            print(f"wrote docs/{name}")
-    except (FileNotFoundError, ValueError) as error:  # a missing kept run or example, a block of unknown kind
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except RuntimeError as error:  # an example's recording failed: its own error is printed above
-        print(f"error: {error}", file=sys.stderr)
-        return 1
     return 0
 
 

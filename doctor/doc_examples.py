@@ -5,15 +5,16 @@ A report typed into the docs by hand goes stale the day a threshold is refitted 
 every `make docs` would take minutes, too long for its `--check`, which the fast tests run. So each shown run is
 kept as what it measured:
 
-- `python -m analysis docs --record-examples [NAME ...]` runs examples/NAME.py under the doctor, each in a
+- `python -m doctor.pages --record-examples [NAME ...]` runs examples/NAME.py under the doctor, each in a
   process of its own as `python -m doctor examples/NAME.py` does, and writes docs/examples/NAME.observed.json:
   the run's `Observed` (doctor/observed_io.py), the command, and when, at which commit and on what machine it
   ran. Before writing, it checks that the kept run renders to the very text the run printed.
 - `make docs` renders each kept run's report, `diagnose(observed)` with the committed thresholds of its step
   budget and the recipe's lines as the command line points at them, into the blocks of a docs page marked
-  `<!-- generated: doctor-reports NAME ... -->` and `<!-- end generated -->` (analysis/docs.py fills them).
+  `<!-- generated: doctor-reports NAME ... -->` and `<!-- end generated -->` (analysis/docs.py fills them with this
+  module's renderer, handed in by doctor/pages.py).
 
-So a refitted threshold or a changed report makes the block stale, and `python -m analysis docs --check` fails
+So a refitted threshold or a changed report makes the block stale, and `python -m doctor.pages --check` fails
 until `make docs` is run; the measurements change only when the examples are recorded again.
 
 The checklist's device-study line is not part of a run: diagnosis reads it from the checkout's runs/devices.
@@ -86,7 +87,7 @@ def _read(name: str, folder: Path | None) -> dict:
     path = kept_path(name, folder)
     if not path.exists():
         raise FileNotFoundError(
-            f"no kept run {_shown(path)} for the example {name!r}: `python -m analysis docs --record-examples {name}`"
+            f"no kept run {_shown(path)} for the example {name!r}: `python -m doctor.pages --record-examples {name}`"
             f" records it (examples/{name}.py)"
         )
     return json.loads(path.read_text())
@@ -104,7 +105,7 @@ def _provenance(kept: Mapping[str, dict]) -> str:
         for (commit, day, where), names in by_recording.items()
     ]
     said = (
-        "Recorded " + "; ".join(clauses) + " (`python -m analysis docs --record-examples`); the verdicts and numbers"
+        "Recorded " + "; ".join(clauses) + " (`python -m doctor.pages --record-examples`); the verdicts and numbers"
         " below are rendered by `make docs` from those measurements with the thresholds committed now."
     )
     return textwrap.fill(said, width=120, break_on_hyphens=False, break_long_words=False)

@@ -11,16 +11,16 @@ import pytest
 from conftest import CONF, FAULTS, NESTED, ROOT
 
 from analysis import docs
-from analysis.__main__ import main
 from analysis.rules import load_thresholds
-from doctor import doc_examples, machine
+from doctor import doc_examples, machine, pages
+from doctor.pages import main
 from harness.records import SCHEMA_VERSION, empty_record, write_record
 
 DOCS = ROOT / "docs"
 
 
 def test_the_generated_pages_are_up_to_date():
-    assert docs.stale() == [], "run `make docs`: these pages no longer match the code and conf/"
+    assert pages.stale() == [], "run `make docs`: these pages no longer match the code and conf/"
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +37,11 @@ def test_every_fault_file_has_its_row_with_its_verdict_and_knobs(fault, faults_p
 
 
 def test_a_stale_page_is_named_and_make_docs_rewrites_it(tmp_path):
-    assert docs.write(tmp_path) == list(docs.PAGES)  # a new folder: every page written
+    assert pages.write(tmp_path) == list(docs.PAGES)  # a new folder: every page written
     (tmp_path / "rules.md").write_text("typed by hand\n")
-    assert docs.stale(tmp_path) == ["rules.md"]
-    assert docs.write(tmp_path) == ["rules.md"] and docs.stale(tmp_path) == []
-    assert main(["docs", "--check"]) == 0  # the committed pages
+    assert pages.stale(tmp_path) == ["rules.md"]
+    assert pages.write(tmp_path) == ["rules.md"] and pages.stale(tmp_path) == []
+    assert main(["--check"]) == 0  # the committed pages
 
 
 def test_the_knobs_read_as_the_yaml_writes_them():
@@ -134,12 +134,12 @@ def test_a_block_in_a_hand_written_page_is_made_again_and_the_rest_left_alone(tm
     before, after = "# A page\n\nHand-written.\n\n", "\nStill hand-written.\n"
     marked = "<!-- generated: doctor-reports healthy_cnn -->\n{}<!-- end generated -->\n"
     (tmp_path / "page.md").write_text(before + marked.format("typed by hand\n") + after)
-    assert docs.stale(tmp_path) == [*docs.PAGES, "page.md"]
-    docs.write(tmp_path)
+    assert pages.stale(tmp_path) == [*docs.PAGES, "page.md"]
+    pages.write(tmp_path)
     body = doc_examples.block(["healthy_cnn"])
     assert (tmp_path / "page.md").read_text() == before + marked.format(body) + after
     assert body.startswith("Recorded at commit ") and "\n\n```\n$ python -m doctor examples/healthy_cnn.py\n" in body
-    assert docs.stale(tmp_path) == []
+    assert pages.stale(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_a_block_in_a_hand_written_page_is_made_again_and_the_rest_left_alone(tm
         (
             "<!-- generated: doctor-reports absent -->\nx\n<!-- end generated -->\n",
             FileNotFoundError,
-            "no kept run .*absent.observed.json for the example 'absent': `python -m analysis docs --record-examples"
+            "no kept run .*absent.observed.json for the example 'absent': `python -m doctor.pages --record-examples"
             " absent`",
         ),
         (
@@ -162,7 +162,7 @@ def test_a_block_in_a_hand_written_page_is_made_again_and_the_rest_left_alone(tm
 def test_a_block_that_cannot_be_made_is_refused_naming_the_page_or_the_command(page, error, message, tiny_example):
     (tiny_example / "page.md").write_text(page)
     with pytest.raises(error, match=message):
-        docs.stale(tiny_example)
+        pages.stale(tiny_example)
 
 
 @pytest.mark.parametrize(
@@ -179,12 +179,12 @@ def test_a_kept_run_that_cannot_be_rendered_as_it_ran_is_refused(change, error, 
 
 
 def test_the_command_line_says_what_is_missing_in_one_line_and_exits_2(tiny_example, capsys):
-    assert main(["docs", "--record-examples", "absent"]) == 2
+    assert main(["--record-examples", "absent"]) == 2
     assert capsys.readouterr().err == (
         f"error: no example recipe {tiny_example / 'examples' / 'absent.py'} to record"
         f" (the examples: {tiny_example / 'examples'})\n"
     )
-    assert main(["docs", "--check"]) == 2  # the kept runs the committed page shows are not in the moved folder
+    assert main(["--check"]) == 2  # the kept runs the committed page shows are not in the moved folder
     assert "error: no kept run" in capsys.readouterr().err
 
 
