@@ -131,19 +131,23 @@ class OutcomeGate:
         left, skill = values["loss_left"], values["own_skill"]
         return bool(left >= self.loss_stalled or skill <= 0)
 
+    def learning_reading(self, values: Mapping) -> tuple[str, float]:
+        """The feature the still-learning reading reads, and its value on this run.
+
+        The validation loss's fall (`late_val_fall_z`) where validation was read at least LATE_VAL_READS times in the
+        run's last quarter: a training loss that still falls while validation has flattened is no run to train
+        longer. Else the training loss's (`late_fall_z`).
+        """
+        feature = "late_val_fall_z" if math.isfinite(values.get("late_val_fall_z", math.nan)) else "late_fall_z"
+        return feature, values[feature]
+
     def learning_curve(self, values: Mapping) -> str:
-        """Which loss the still-learning reading reads: validation where it was read often enough late in the run."""
-        return "validation" if math.isfinite(values.get("late_val_fall_z", math.nan)) else "training"
+        """Which loss the still-learning reading reads: "validation" or "training" (`learning_reading`)."""
+        return "validation" if self.learning_reading(values)[0] == "late_val_fall_z" else "training"
 
     def still_learning(self, values: Mapping) -> bool:
-        """The run's loss still fell across its last quarter, by more than `beyond_noise` standard errors.
-
-        Its validation loss where it was read at least LATE_VAL_READS times there (`late_val_fall_z`): a training loss
-        that still falls while validation has flattened is no run to train longer. Else its training loss.
-        """
-        if self.learning_curve(values) == "validation":
-            return bool(values["late_val_fall_z"] > self.beyond_noise)
-        return bool(values["late_fall_z"] > self.beyond_noise)
+        """The run's loss still fell across its last quarter, by more than `beyond_noise` standard errors."""
+        return bool(self.learning_reading(values)[1] > self.beyond_noise)
 
     def flattened(self, values: Mapping) -> bool:
         """The loss had stopped falling: not still learning, and under `flat_share` of its fall in its last quarter.
@@ -469,17 +473,13 @@ def diagnose(
 
 def _stopped_learning_early(values: Mapping, gate_evidence: str) -> Finding:
     """The verdict of a run that fell short while its loss was still falling: it stopped too early, not failed."""
-    if OUTCOME_GATE.learning_curve(values) == "validation":
-        feature, z = "late_val_fall_z", values["late_val_fall_z"]
-        fell = f"the validation loss was still falling when the run stopped: across its last quarter it fell {z:.1f}"
-        share = ""
-    else:
-        feature, z = "late_fall_z", values["late_fall_z"]
-        fell = f"the training loss was still falling when the run stopped: across its last quarter it fell {z:.1f}"
-        share = f"{values['late_fall_share']:.0%} of its fall so far; "
+    feature, z = OUTCOME_GATE.learning_reading(values)
+    curve = OUTCOME_GATE.learning_curve(values)
+    share = "" if curve == "validation" else f"{values['late_fall_share']:.0%} of its fall so far; "
     evidence = (
-        f"{fell} standard errors of its own noise ({share}still learning past {OUTCOME_GATE.beyond_noise:.0f}), and"
-        f" the run fell short ({gate_evidence}): no check names a fault, it had not finished learning"
+        f"the {curve} loss was still falling when the run stopped: across its last quarter it fell {z:.1f} standard"
+        f" errors of its own noise ({share}still learning past {OUTCOME_GATE.beyond_noise:.0f}), and the run fell short"
+        f" ({gate_evidence}): no check names a fault, it had not finished learning"
     )
     judged = {"feature": feature, "value": float(z), "threshold": OUTCOME_GATE.beyond_noise, "above": True}
     return Finding(STILL_IMPROVING.verdict, evidence, STILL_IMPROVING.next_step, math.nan, **judged)

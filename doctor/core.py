@@ -322,12 +322,11 @@ class Doctor:
         # still learning when it stopped is read on validation where it was read often enough late in the run.
         self.val_reads = ValidationReads(self.instruments.budget) if validation is not None else None
         # The report's time after the loop: at most `report_budget` of the loop's own time or REPORT_FLOOR_S seconds,
-        # whichever is larger (harness/instruments/budget.py); a fit that would run past it is cut. None: no cap.
-        self.report_budget = (
-            report_budget
-            if report_budget is None or isinstance(report_budget, ReportBudget)
-            else ReportBudget(report_budget)
-        )
+        # whichever is larger (harness/instruments/budget.py); a fit that would run past it is cut. None: no cap (each
+        # pass still timed). It keeps the fits it cut, for the report.
+        if report_budget is None:
+            report_budget = ReportBudget(floor_s=math.inf)
+        self.report_budget = report_budget if isinstance(report_budget, ReportBudget) else ReportBudget(report_budget)
         # Under torch.distributed, this rank's own evidence for the checks across ranks (doctor/distributed.py),
         # gathered once at the report: nothing is exchanged while the loop trains.
         rank = distributed.world()
@@ -361,7 +360,6 @@ class Doctor:
         self.error: BaseException | None = None
         self.unmemorized = "no model factory given"  # why memorization was not measured, if it was not
         self.memorized_on = 0  # examples memorization fitted
-        self.cut_at_report: dict[str, str] = {}  # the fits after the loop cut at the report's time budget, and where
         self.cost: Cost | None = None  # what the instruments cost on the loop, read as it ends (None: no budget)
         self._observed: Observed | None = None  # set by finish(): the watch is over
         self._report: Report | None = None  # report() with the fitted thresholds, kept
@@ -581,7 +579,7 @@ class Doctor:
                 out_of_memory=out_of_memory,
                 nonfinite=self.nonfinite.origin,
                 unmemorized=self.unmemorized,
-                cut_at_report=MappingProxyType(self.cut_at_report),
+                cut_at_report=MappingProxyType(dict(self.report_budget.cut)),
                 unvalidated=self._unvalidated(),
                 memorized_on=self.memorized_on,
                 cost=self.cost,
@@ -626,7 +624,7 @@ class Doctor:
                 "the doctor saw no training step: call doctor.after_backward(loss) once per step, after loss.backward()"
             )
         self.cost = self.instruments.cost  # as the loop ends: the evaluations and fits after it are not its time
-        budget = self.report_budget or ReportBudget(floor_s=math.inf)  # None: timed, never cut
+        budget = self.report_budget
         budget.start(self.cost.loop_s if self.cost is not None else self._loop_s())
         with budget.timed("last readings"):
             measured = self.instruments.finish()
@@ -662,7 +660,6 @@ class Doctor:
                 self._capacity_held_out(not_rows),
             )
         after = end_of_run(self.model_factory, self.task_loss, probes, *examples, budget=budget)
-        self.cut_at_report = dict(budget.cut)
         if MEMORIZATION in budget.cut:
             self.unmemorized = f"cut at the report's time budget, {budget.cut[MEMORIZATION]}"
         scores = {

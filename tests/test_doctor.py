@@ -428,14 +428,19 @@ def test_the_command_line_refuses_a_broken_recipe(tmp_path):
     )
 
 
-def loop_over_the_doctor(doctor, net, optimizer, loss_fn):
-    """A plain loop over the batches the doctor was given (iterating the doctor itself); its report."""
+def train_over_the_doctor(doctor, net, optimizer, loss_fn) -> None:
+    """A plain loop over the batches the doctor was given (iterating the doctor itself)."""
     for x, y in doctor:
         loss = loss_fn(net(x), y)
         optimizer.zero_grad()
         loss.backward()
         doctor.after_backward(loss)
         optimizer.step()
+
+
+def loop_over_the_doctor(doctor, net, optimizer, loss_fn):
+    """`train_over_the_doctor`, then the doctor's report."""
+    train_over_the_doctor(doctor, net, optimizer, loss_fn)
     return doctor.report()
 
 

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 import pytest
 import torch
+from test_doctor import train_over_the_doctor
 from torch import nn
 
 from analysis.rules import load_thresholds
@@ -43,13 +44,8 @@ def short_run(nonfinite_at: int | None = None) -> Observed:
         batches[nonfinite_at][0][0, 0] = math.inf
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
     optimizer, loss_fn = torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss()
-    doctor = Doctor(model, optimizer, loss_fn, validation=batches[:2])
-    for inputs, targets in doctor.watch(batches):
-        loss = loss_fn(model(inputs), targets)
-        optimizer.zero_grad()
-        loss.backward()
-        doctor.after_backward(loss)
-        optimizer.step()
+    doctor = Doctor(model, optimizer, loss_fn, batches, validation=batches[:2])
+    train_over_the_doctor(doctor, model, optimizer, loss_fn)
     return doctor.finish()
 
 

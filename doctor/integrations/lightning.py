@@ -42,7 +42,6 @@ of steps and keeps what only the fit's start measured (doctor/integrations/__ini
 """
 
 import time
-from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -97,36 +96,18 @@ class FetchClock:
                 setattr(self.profiler, name, own)
 
 
-class Converted:
-    """Batches as Lightning's precision plugin hands them to the module (`convert_input`), converted on each pass.
-
-    Under "64-true" or "bf16-true" the module's parameters are float64 or bfloat16 and Lightning converts each batch's
-    floating tensors to match, before the callback sees it: the user's validation must be converted the same way,
-    or the doctor's evaluation would feed float32 into a float64 layer.
-    """
-
-    def __init__(self, batches: Iterable, convert: Callable):
-        self.batches, self.convert = batches, convert
-
-    def __iter__(self) -> Iterator:
-        return (self.convert(batch) for batch in self.batches)
-
-
 def as_the_fit_runs(precision, doctor_kwargs: dict) -> dict:
-    """The callback's Doctor keywords with validation and the model factory converted as the fit converts its own.
+    """The callback's Doctor keywords with each fresh model from the factory converted as the fit converts its own.
 
-    The validation batches through the plugin's convert_input, each fresh model from the factory through its
-    convert_module (what the strategy does to the module at setup). A one-pass iterator is left as given: the Doctor
-    refuses it in its own words.
+    Under "64-true" or "bf16-true" the strategy converts the module at setup (the plugin's convert_module): a fresh
+    copy for memorization and the capacity fit is converted the same way, so that it trains in the fit's precision.
+    The batches need nothing here: the doctor's own forwards put floating inputs in the model's dtype, as Lightning's
+    convert_input does to the fit's (harness/batches.py: in_dtype_of).
     """
-    given = dict(doctor_kwargs)
-    validation, factory = given.get("validation"), given.get("model_factory")
-    # Asked of the type, never by calling iter(): a DataLoader's iterator draws its seed from the run's random stream.
-    if validation is not None and not isinstance(validation, Iterator):
-        given["validation"] = Converted(validation, precision.convert_input)
-    if factory is not None:
-        given["model_factory"] = lambda: precision.convert_module(factory())
-    return given
+    factory = doctor_kwargs.get("model_factory")
+    if factory is None:
+        return dict(doctor_kwargs)
+    return {**doctor_kwargs, "model_factory": lambda: precision.convert_module(factory())}
 
 
 # Lightning's own settings for the checks' advice (lightning 2: the Trainer's parameters, configure_optimizers).

@@ -134,15 +134,14 @@ class CostBudget:
         """
         if next_step < self.dense_steps or loop_start is None:
             return True
-        # The first step's one-off work (the task read, the validation before training, the census at initialization)
-        # is in the cost reported, not in what the budget rations: it would starve the rest of a short run.
-        loop_s = time.perf_counter() - loop_start - self.spent_s
-        return self.spent_s - self.start_s <= self.share * loop_s
+        return self.affords(0.0, loop_start)
 
     def affords(self, seconds: float, loop_start: float | None) -> bool:
         """Whether `seconds` more of the instruments' time (a pass over validation) keeps them within the share.
 
-        Never before the loop has started: there is no loop time to measure the share on.
+        Never before the loop has started: there is no loop time to measure the share on. The first step's one-off
+        work (the task read, the validation before training, the census at initialization) is in the cost reported,
+        not in what the budget rations: it would starve the rest of a short run.
         """
         if loop_start is None:
             return False
