@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from analysis.features import FEATURES_LIST, NAIVE_FEATURES_LIST
 from analysis.rules import RULES, fitted_budgets, rules_table
 from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
-from harness.records import SCHEMA, SCHEMA_VERSION
+from harness.records import SCHEMA, SCHEMA_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -159,7 +159,9 @@ def records_page() -> str:
     """docs/records.md: every record column's type and meaning, whether step budgets keep it, who declares it."""
     text = _header("The records", "the columns' declarations (harness/columns.py assembles them)")
     text += [
-        f"One parquet file per cell, schema version {SCHEMA_VERSION}; `analysis.load.load_records(folder)` reads a"
+        f"One parquet file per cell, schema `{SCHEMA_ID}` (a fingerprint of the declarations below: a column"
+        " declared or changed makes a new schema, and a sweep measures every cell again);"
+        " `analysis.load.load_records(folder)` reads a"
         " whole grid (not `pandas.read_parquet(folder)`, which mixes in any other file there: [the quick"
         " start](../README.md#quick-start)). Each column is declared by the module that produces it; a column kept"
         " per step budget (a snapshot of the run as if it had stopped at 50, 100, 200 or 400 steps, `loop.budgets`:"

@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.records import SCHEMA, SCHEMA_VERSION
+from harness.records import RECORD_COLUMNS, SCHEMA, stored_schema_id, written_with_this_schema
 
 
 class NoRecords(FileNotFoundError):
@@ -29,54 +29,24 @@ def load_records(folder: str | Path) -> pd.DataFrame:
 
     `folder` may also be one record's .parquet file: that record alone.
 
-    Records written by an older schema version load too, with the columns added since left empty (a warning
-    says how many; `make sweep` measures them again), but only in a folder that holds no record of the current
-    version: next to current records they are left out (with a warning), because a measurement may mean
-    something else now, and a recipe with a knob added since has a new cell id, so its old record would count
-    the cell twice. Files that cannot be read, or are not records of this
-    project, are skipped with a warning naming them; temporary files (names starting with "." or "_") are
-    ignored. Duplicate cell ids are refused.
+    Records written with another schema (harness/records.py: `written_with_this_schema`, the test the sweep's
+    "already done" applies too) load, with the columns added since left empty (a warning says how many;
+    `make sweep` measures them again), but only in a folder that holds no record of the current schema: next to
+    current records they are left out (with a warning), because a measurement may mean something else now. Files
+    that cannot be read, or are not records of this project, are skipped with a warning naming them; temporary
+    files (names starting with "." or "_") are ignored. Duplicate cell ids are refused.
     """
     folder = Path(folder)
-    if folder.is_file():  # one record's file: read alone, under the same rules as a folder of one
-        paths = [folder]
-    else:
-        paths = (
-            sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
-        )
-    tables, old_tables, skipped = [], [], {}
-    for path in paths:
-        try:
-            table = pq.read_table(path)
-        except (OSError, pa.ArrowException):
-            skipped.setdefault("unreadable", []).append(path.name)
-            continue
-        if not {"cell_id", "schema_version", "status"} <= set(table.column_names):
-            skipped.setdefault("not a record", []).append(path.name)
-            continue
-        for name in SCHEMA.names:
-            if name not in table.column_names:  # added by a later schema version: empty here
-                table = table.append_column(name, pa.nulls(len(table), SCHEMA.field(name).type))
-        current = table.column("schema_version")[0].as_py() == SCHEMA_VERSION
-        try:
-            (tables if current else old_tables).append(table.select(SCHEMA.names).cast(SCHEMA))
-        except (pa.ArrowException, ValueError):
-            skipped.setdefault("columns of other types", []).append(path.name)
-    if skipped:
-        parts = [
-            f"{len(names)} {reason} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
-            for reason, names in skipped.items()
-        ]
-        warnings.warn(f"skipped files in {folder}: " + "; ".join(parts), stacklevel=2)
+    tables, old_tables = _read_tables(folder)
     if old_tables and tables:
         warnings.warn(
-            f"{len(old_tables)} record(s) in {folder} were written by an older schema version and are left out, "
+            f"{len(old_tables)} record(s) in {folder} were written by an older schema and are left out, "
             f"beside {len(tables)} of the current one; a sweep of their grid measures them again (or delete them)",
             stacklevel=2,
         )
     elif old_tables:
         warnings.warn(
-            f"{len(old_tables)} record(s) in {folder} were written by an older schema version: the columns added "
+            f"{len(old_tables)} record(s) in {folder} were written by an older schema: the columns added "
             "since are empty; `make sweep` measures those cells again",
             stacklevel=2,
         )
@@ -93,3 +63,41 @@ def load_records(folder: str | Path) -> pd.DataFrame:
     if len(duplicated):
         raise ValueError(f"duplicate cell ids in {folder}: {', '.join(map(str, duplicated[:5]))}")
     return frame
+
+
+def _read_tables(folder: Path) -> tuple[list[pa.Table], list[pa.Table]]:
+    """The records of a folder (or one record's file) as tables of SCHEMA: those of this schema, then the older.
+
+    A file that is not a readable record is named in one warning with the others, by why.
+    """
+    if folder.is_file():  # one record's file: read alone, under the same rules as a folder of one
+        paths = [folder]
+    elif folder.is_dir():
+        paths = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
+    else:
+        paths = []
+    tables, old_tables, skipped = [], [], {}
+    for path in paths:
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowException):
+            skipped.setdefault("unreadable", []).append(path.name)
+            continue
+        if not set(RECORD_COLUMNS) <= set(table.column_names) or stored_schema_id(table.schema.metadata) is None:
+            skipped.setdefault("not a record", []).append(path.name)
+            continue
+        current = written_with_this_schema(table.schema.metadata)
+        for name in SCHEMA.names:
+            if name not in table.column_names:  # added since this record's schema: empty here
+                table = table.append_column(name, pa.nulls(len(table), SCHEMA.field(name).type))
+        try:
+            (tables if current else old_tables).append(table.select(SCHEMA.names).cast(SCHEMA))
+        except (pa.ArrowException, ValueError):
+            skipped.setdefault("columns of other types", []).append(path.name)
+    if skipped:
+        parts = [
+            f"{len(names)} {reason} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+            for reason, names in skipped.items()
+        ]
+        warnings.warn(f"skipped files in {folder}: " + "; ".join(parts), stacklevel=3)
+    return tables, old_tables

@@ -31,12 +31,12 @@ from torch import nn
 from harness.after_training import SCORE_COLUMNS, Probes, assemble, run_record
 from harness.after_training import end_of_run as end_of_run_columns
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
-from harness.column import F64, I32, I64, STR, TIMESTAMP, Column, list_of
+from harness.column import F64, I64, STR, TIMESTAMP, Column, list_of
 from harness.data import RelativeStall, Splits, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments
 from harness.model import build_model
-from harness.records import SCHEMA_VERSION, cell_id, empty_record, planted, recipe_yaml, severity
+from harness.records import SCHEMA_ID, cell_id, empty_record, planted, recipe_yaml, severity
 from harness.text import NOT_TEXT, PAD, lm_references
 from harness.timing import DeviceClock, NoClock
 
@@ -58,7 +58,11 @@ COLUMNS = (
     Column("device", STR, "cpu or cuda"),
     Column("status", STR, "ok, failed or skipped"),
     Column("error", STR, "why the cell failed or was skipped; null when ok"),
-    Column("schema_version", I32, "version of this schema"),
+    Column(
+        "schema_id",
+        STR,
+        "fingerprint of the declared columns the record was written with (harness/records.py: SCHEMA_ID)",
+    ),
     Column("started_at", TIMESTAMP, "when the cell started"),
     Column("wall_s", F64, "seconds the whole cell took"),
     Column("torch_version", STR, "torch.__version__"),
@@ -436,7 +440,7 @@ def run_cell(cfg: DictConfig) -> dict:
         model=cfg.model.name,
         seed=int(cfg.seed),
         device=cfg.device.name,
-        schema_version=SCHEMA_VERSION,
+        schema_id=SCHEMA_ID,
         started_at=datetime.now(UTC),
         torch_version=torch.__version__,
         python_version=platform.python_version(),

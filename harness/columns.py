@@ -15,8 +15,8 @@ whose declarations are not laid out as ruff formats them is parsed whole), which
 declaring one name fail here, at import, naming the column.
 
 harness/records.py turns the table into the pyarrow schema; analysis/docs.py into docs/records.md; the rules'
-features (analysis/features.py) read NAMES and CHECKPOINT_COLUMNS. Bump harness.records.SCHEMA_VERSION whenever a
-column changes meaning or kind.
+features (analysis/features.py) read NAMES and CHECKPOINT_COLUMNS. The schema's id is a fingerprint of these
+declarations (harness/records.py: SCHEMA_ID), so a column declared or changed makes a new schema by itself.
 """
 
 import ast
@@ -47,53 +47,6 @@ __all__ = [
 READER = Path(__file__).resolve()
 HARNESS = READER.parent
 
-
-def _names(text: str) -> list[str]:
-    """The names in a text that lists them separated by spaces and line ends (a list too long for a line each)."""
-    return text.split()
-
-
-# The order schema 15 wrote its columns, and its checkpoints' fields, in. It cannot be derived from the declarations:
-# it groups by meaning across producers (the problem, `first_loss`, then the census, update ratios and the census's
-# depth ratio again, ...), and a snapshot's fields follow yet another order. It must not change within a schema
-# version: a records folder is checked file by file against the whole schema, order included
-# (harness/records.py: `scan_folder`), so reordering would turn every stored record into one of "other schema".
-# A column declared since goes after these, in the order of the declarations; when SCHEMA_VERSION is next raised,
-# these lists may go, and the order become that of the declarations.
-ORDER_OF_SCHEMA_15 = _names(
-    """
-    cell_id fault faults diagnosis verdicts severity dataset model seed device status error schema_version started_at
-    wall_s torch_version python_version host device_name threads config_yaml n_classes n_train n_val steps task
-    output_layer loss_kind first_loss ln_classes memorize_rates memorize_losses memorize_best_loss memorize_best_rate
-    capacity_score capacity_baseline capacity_rate capacity_examples census_steps param_names grad_norm grad_max
-    grad_zero_share grad_missing grad_norm_curve grad_zero_share_total params_without_grad params_without_grad_share
-    accumulation_ratio accumulation_ratio_curve backwards_per_step optimizer_steps grad_carried_share grad_kept_at_step
-    clipped_step_share lr_built lr_peak_share lr_last_share lr_decayed_share amp_scale_min amp_scale_last
-    amp_skipped_share update_ratio update_ratio_median update_ratio_curve update_ratio_peak weight_norm_ratio
-    unmoved_share grad_depth_ratio_init grad_depth_ratio dead_unit_share_init dead_unit_share dead_unit_share_layers
-    saturated_share_init saturated_share activation_growth_init input_rms label_imbalance batch_label_mix majority_share
-    targets_changed_share output_prob_share output_spread target_reach_gap logit_reach_span confident_disagreement
-    confident_disagreement_peak train_in_eval_share eval_in_train_share data_wait_s loop_s data_wait_share step_time_s
-    copy_share gpu_busy_share peak_memory_bytes train_loss_curve nonfinite_losses loss_spikes loss_spike_steps
-    loss_spike_period periodic_spikes val_steps val_loss_curve val_acc_curve final_train_loss final_train_acc
-    final_val_loss final_val_acc baseline_val_acc reference_val_acc reference_train_acc reference_linear_val_acc
-    reference_loo_acc reference_knn_val_acc prior_shift reference_examples reference_val_examples data_curve_examples
-    data_curve_val_acc
-    """
-)
-CHECKPOINT_ORDER_OF_SCHEMA_15 = _names(
-    """
-    steps first_loss nonfinite_losses grad_zero_share_total params_without_grad params_without_grad_share
-    accumulation_ratio backwards_per_step optimizer_steps grad_carried_share grad_kept_at_step clipped_step_share
-    lr_built lr_peak_share lr_last_share lr_decayed_share amp_scale_min amp_scale_last amp_skipped_share
-    update_ratio_median update_ratio_peak weight_norm_ratio unmoved_share grad_depth_ratio_init grad_depth_ratio
-    dead_unit_share_init dead_unit_share saturated_share_init saturated_share activation_growth_init input_rms
-    label_imbalance batch_label_mix majority_share targets_changed_share output_prob_share output_spread
-    target_reach_gap logit_reach_span confident_disagreement confident_disagreement_peak train_in_eval_share
-    eval_in_train_share loss_spikes loss_spike_period periodic_spikes data_wait_s loop_s data_wait_share
-    final_train_loss final_train_acc final_val_loss final_val_acc
-    """
-)
 
 # All a declaration may name: it is evaluated without its module's imports.
 _DECLARATION_NAMES = {"Column": Column, "list_of": list_of, "F64": F64, "I64": I64, "I32": I32, "STR": STR}
@@ -183,9 +136,10 @@ def declarations_in(path: Path, where: str) -> list[Declaration]:
 
 
 def harness_declarations() -> list[Declaration]:
-    """Every declaration in harness/**/*.py, file by file in path order, each file's in its own order."""
+    """Every declaration in harness/**/*.py: file by file in path order, harness/cell.py first, each in its order."""
     found = []
-    for path in sorted(HARNESS.rglob("*.py")):
+    # harness/cell.py first: a record opens with what cell it is (its id, fault, dataset, seed, status).
+    for path in sorted(HARNESS.rglob("*.py"), key=lambda path: (path != HARNESS / "cell.py", path)):
         if path == READER:  # this module reads the declarations and makes none (tests/test_columns.py holds it so)
             continue
         found += declarations_in(path, path.relative_to(HARNESS.parent).as_posix())
@@ -203,25 +157,12 @@ def assemble(declarations: list[Declaration]) -> dict[str, tuple[Column, str]]:
     return table
 
 
-def in_order(names: list[str], first: list[str], order: str) -> list[str]:
-    """`names` with those in `first` first, in its order (`order` names that list), then the others as they come."""
-    strangers = [name for name in first if name not in names]
-    if strangers:
-        raise ValueError(f"{order} names {strangers}, not among the columns declared for it")
-    placed = set(first)
-    return [*first, *(name for name in names if name not in placed)]
-
-
 _TABLE = assemble(harness_declarations())
-_RECORD_ORDER = in_order(list(_TABLE), ORDER_OF_SCHEMA_15, "ORDER_OF_SCHEMA_15")
-DECLARED: list[Column] = [_TABLE[name][0] for name in _RECORD_ORDER]  # every column, in the record's order
-DECLARED_IN: dict[str, str] = {name: _TABLE[name][1] for name in _RECORD_ORDER}
+# The record's columns in the order of their declarations: file by file in path order (harness_declarations).
+DECLARED: list[Column] = [column for column, _ in _TABLE.values()]
+DECLARED_IN: dict[str, str] = {name: where for name, (_, where) in _TABLE.items()}
 COLUMNS: list[tuple[str, str, str]] = [(column.name, column.kind, column.meaning) for column in DECLARED]
 NAMES = {column.name for column in DECLARED}
 # The measurements that move as a run goes on (declared per_budget), taken again at every step budget (loop.budgets)
 # as if the run had stopped there; the record's own columns of these names are the snapshot at the run's end.
-CHECKPOINT_COLUMNS = in_order(
-    [column.name for column in DECLARED if column.per_budget],
-    CHECKPOINT_ORDER_OF_SCHEMA_15,
-    "CHECKPOINT_ORDER_OF_SCHEMA_15",
-)
+CHECKPOINT_COLUMNS = [column.name for column in DECLARED if column.per_budget]

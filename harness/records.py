@@ -1,11 +1,14 @@
-"""Records: one parquet file per cell, in one flat folder, all written with one explicit, versioned schema.
+"""Records: one parquet file per cell, in one flat folder, all written with one explicit schema.
 
 The columns are declared by the modules that produce them and assembled in harness/columns.py (name, kind, meaning,
 whether each step budget keeps it); this module turns that table into the schema.
 
 `pandas.read_parquet(folder)` loads a whole grid in one call. Files are written under a temporary name that
 starts with "." (which parquet readers skip) and renamed into place, so a reader never meets a partial file.
-Bump SCHEMA_VERSION whenever a column changes meaning or type.
+The schema's identity, SCHEMA_ID, is a fingerprint of the declared columns (names, kinds, meanings, whether each
+step budget keeps them): declaring a column, or changing one's kind or meaning, makes a new schema by itself, and
+every check of "written with this schema" (the sweep's "already done", the folder scan, `load_records`) reads the
+same thing, the id in the file's footer (`written_with_this_schema`). There is no number to raise by hand.
 
 A folder is also where sweeps meet: `scan_folder` names what else lies there (foreign, truncated or misnamed
 files, which make `pandas.read_parquet(folder)` fail or read wrong rows), `quarantine` moves those aside,
@@ -15,12 +18,12 @@ files, which make `pandas.read_parquet(folder)` fail or read wrong rows), `quara
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,29 +31,7 @@ import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
 from harness.column import BOOL, F64, I32, I64, STR, TIMESTAMP
-from harness.columns import CHECKPOINT_COLUMNS, COLUMNS
-
-SCHEMA_VERSION = 25  # 2: update ratio curve and peak; 3: the device study's timings; 4: the checks of issue 6;
-# 5: severity, the reference fit, the class prior, loss spike count, snapshots per step budget; 6: the task, the
-# loss's kind, the output's spread and reach; 7: update ratios over weight matrices only;
-# 8: the loop's shape (backward passes per optimizer step, gradients carried across steps); 9: clipping, the
-# learning rate against the one the optimizer was built with, the GradScaler's scale and skipped steps;
-# 10: the batches' label mix; 11: how far apart the logits of a softmax loss can get; 12: the planted faults and
-# their verdicts as lists (`faults`, `verdicts`), `diagnosis` null when two are planted; 13: steps at a decayed rate,
-# the weights' norm against their first, parameters with a gradient that never moved, targets changed at the loss;
-# 14: capacity, what a fresh model fits of up to 1024 training examples in a clean loop; 15: the data learning curve;
-# 16: the text corpus and its language-model references (unigram, bigram, lzma losses on the validation text);
-# 17: the padding the loss scores (padded_batches, padding_scored_batch_share, padding_scored_position_share);
-# 18: the loss at a sequence window's last position over the loss at its other positions; 19: that ratio replaced by
-# the probe of whether a next-token model's outputs move with later tokens (future_token_effect); 20: the loss's own
-# inputs (loss_read, loss_shapes, logit_floor_share, nll_input_positive_share, likelihood_loss_min,
-# loss_broadcast_factor); 21: too good to be true: a label read from one column or from validation copies of
-# training examples (harness/leak.py), and the model's loss and computations with its inputs zeroed or shuffled
-# (altered_input_loss_ratio, altered_input_effect); 22: the DataLoader's workers (loader_workers), read by the
-# doctor's advice for a starved loop; 23: the capacity fit's copy scored on validation (capacity_val_score,
-# capacity_val_examples), a yardstick of the outcome gate; 24: the counts the quick references' floors read
-# (reference_val_distinct, prior_shift_class_examples); 25: the tensors that got gradients and never changed
-# (unchanged_params, unchanged_param_count)
+from harness.columns import CHECKPOINT_COLUMNS, COLUMNS, DECLARED, Column
 
 _ARROW = {F64: pa.float64(), I64: pa.int64(), I32: pa.int32(), STR: pa.string(), BOOL: pa.bool_()}
 _ARROW[TIMESTAMP] = pa.timestamp("us", tz="UTC")
@@ -72,10 +53,42 @@ _FIELDS.append(
         "per step budget reached: the measurements of CHECKPOINT_COLUMNS at that step",
     )
 )
+
+
+def schema_id(columns: Iterable[Column]) -> str:
+    """A fingerprint of declared columns: what they are named, hold and mean, and whether step budgets keep them.
+
+    The order of the declarations is left out: moving a declaration to another module changes no measurement.
+    """
+    declared = sorted((column.name, column.kind, column.meaning, column.per_budget) for column in columns)
+    return hashlib.sha1(json.dumps(declared).encode()).hexdigest()[:12]
+
+
+SCHEMA_ID = schema_id(DECLARED)
+SCHEMA_ID_KEY = b"schema_id"  # the footer's key-value entry that holds the id a record was written with
+OLD_VERSION_KEY = b"schema_version"  # where records written before there were ids kept their version number
 SCHEMA = pa.schema(
     [pa.field(name, kind, metadata={"doc": doc}) for name, kind, doc in _FIELDS],
-    metadata={"schema_version": str(SCHEMA_VERSION)},
+    metadata={SCHEMA_ID_KEY: SCHEMA_ID},
 )
+
+
+def stored_schema_id(footer: dict[bytes, bytes] | None) -> str | None:
+    """The schema id a record file was written with, from its footer's key-value metadata (`schema.metadata`).
+
+    A record written before there were ids gives its version number, which no id equals.
+    """
+    footer = footer or {}
+    stored = footer.get(SCHEMA_ID_KEY) or footer.get(OLD_VERSION_KEY)
+    return stored.decode() if stored else None
+
+
+def written_with_this_schema(footer: dict[bytes, bytes] | None) -> bool:
+    """Whether a record file (its footer's key-value metadata) was written with the current schema.
+
+    The one test the sweep's "already done", the folder scan and `load_records` all apply.
+    """
+    return stored_schema_id(footer) == SCHEMA_ID
 
 
 def recipe_yaml(cfg: DictConfig) -> str:
@@ -126,7 +139,9 @@ def write_record(record: dict, folder: str | os.PathLike) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     final = record_path(folder, record["cell_id"])
     temporary = folder / f".{final.name}.{os.getpid()}.tmp"  # leading "." : readers skip it
-    table = pa.Table.from_pylist([record], schema=SCHEMA)
+    # The footer holds the id the record says it was written with (the current one, but for a test's older record).
+    schema = SCHEMA.with_metadata({SCHEMA_ID_KEY: str(record["schema_id"] or SCHEMA_ID)})
+    table = pa.Table.from_pylist([record], schema=schema)
     try:
         with open(temporary, "wb") as sink:
             pq.write_table(table, sink)
@@ -160,21 +175,22 @@ def record_status(folder: str | os.PathLike, cell_id: str) -> str | None:
     """Status of the stored record of a cell: ok, failed or skipped.
 
     None if there is none, it cannot be read, it holds another cell's record (a copy under this name), or it was
-    written with another schema version (a measurement may mean something else now, so a sweep measures it again).
+    written with another schema (a measurement may mean something else now, or be missing: a sweep measures it again).
     """
     path = record_path(folder, cell_id)
     if not path.exists():
         return None
     try:
-        stored = pq.read_table(path, columns=["status", "schema_version", "cell_id"]).to_pylist()[0]
+        table = pq.read_table(path, columns=["status", "cell_id"])
+        stored = table.to_pylist()[0]
     except (OSError, pa.ArrowException, KeyError, IndexError):
         return None
     if stored["cell_id"] != cell_id:  # another cell's record under this name (a copy): this cell has none
         return None
-    return stored["status"] if stored["schema_version"] == SCHEMA_VERSION else None
+    return stored["status"] if written_with_this_schema(table.schema.metadata) else None
 
 
-RECORD_COLUMNS = ("cell_id", "schema_version", "status")  # what makes a parquet file a record of this project
+RECORD_COLUMNS = ("cell_id", "status")  # with a schema id or version in the footer: a record of this project
 QUARANTINE = ".quarantine"  # a dot folder inside the records folder: parquet readers skip it
 
 
@@ -219,25 +235,17 @@ def scan_folder(folder: str | os.PathLike, trusted: Collection[str] = ()) -> Fol
     return scan
 
 
-@cache
-def _parquet_schema() -> pq.ParquetSchema:
-    """SCHEMA as parquet stores it: comparing a footer with it is cheaper than decoding the footer's arrow schema."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist([], schema=SCHEMA), sink)
-    return pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
-
-
 def _record_problem(path: Path) -> str | None:
     """Why the file is not a readable record of the current schema named after its cell id; None if it is one."""
     if path.suffix != ".parquet":
         return "not a parquet file"
     try:
         metadata = pq.read_metadata(path)
-        current = metadata.schema.equals(_parquet_schema())
+        current = written_with_this_schema(metadata.metadata)  # the id alone decides, as everywhere
         names = SCHEMA.names if current else metadata.schema.to_arrow_schema().names
     except (OSError, pa.ArrowException):
         return "unreadable"  # truncated, empty, or not parquet at all
-    if not set(RECORD_COLUMNS) <= set(names):
+    if not set(RECORD_COLUMNS) <= set(names) or stored_schema_id(metadata.metadata) is None:
         return "not a record"
     if metadata.num_rows != 1:
         return f"{metadata.num_rows} rows, where a record has one"

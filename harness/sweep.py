@@ -341,7 +341,7 @@ def _summarize_folder(folder: str, sweep: _Sweep, out) -> None:
         )
     if scan.older:
         print(
-            f"  other schema version: {_names(scan.older)}; a sweep of their grid measures them again, and "
+            f"  other schema: {_names(scan.older)}; a sweep of their grid measures them again, and "
             "load_records leaves them out beside records of this version",
             file=out,
         )

@@ -21,7 +21,7 @@ from analysis.load import NoRecords, load_records
 from analysis.report import build
 from analysis.rules import HEALTHY, RULES, diagnose, load_thresholds, verdicts
 from harness.cell import run_cell
-from harness.records import SCHEMA_VERSION, write_record
+from harness.records import write_record
 
 REPORTED = ("digits", "synthetic")  # the report's grid: the tuned dataset and a held-out one
 
@@ -212,10 +212,10 @@ def test_load_records_skips_bad_and_foreign_files_and_refuses_duplicates(tmp_pat
 
 def test_records_of_an_older_schema_load_with_the_new_columns_empty(tmp_path):
     folder = tmp_path / "records"
-    write_record({**record().to_dict(), "cell_id": "old", "started_at": None, "schema_version": 2}, folder)
+    write_record({**record().to_dict(), "cell_id": "old", "started_at": None, "schema_id": "older"}, folder)
     path = folder / "old.parquet"
     pq.write_table(pq.read_table(path).drop_columns(["step_time_s", "threads"]), path)
-    with pytest.warns(UserWarning, match="1 record.*older schema version"):
+    with pytest.warns(UserWarning, match="1 record.*older schema"):
         frame = load_records(folder)
     assert frame.cell_id.tolist() == ["old"] and pd.isna(frame.step_time_s[0]) and pd.isna(frame.threads[0])
 
@@ -223,11 +223,11 @@ def test_records_of_an_older_schema_load_with_the_new_columns_empty(tmp_path):
 def test_records_before_version_12_get_their_planted_faults_as_lists(tmp_path):
     folder = tmp_path / "records"
     for key, fault, diagnosis in (("one", "eval_left_on", "wrong_mode"), ("two", "a+b", "va+vb")):
-        values = {"cell_id": key, "fault": fault, "diagnosis": diagnosis, "started_at": None, "schema_version": 11}
+        values = {"cell_id": key, "fault": fault, "diagnosis": diagnosis, "started_at": None, "schema_id": "11"}
         write_record({**record().to_dict(), **values}, folder)
         path = folder / f"{key}.parquet"
         pq.write_table(pq.read_table(path).drop_columns(["faults", "verdicts"]), path)
-    with pytest.warns(UserWarning, match="2 record.*older schema version"):
+    with pytest.warns(UserWarning, match="2 record.*older schema"):
         frame = load_records(folder).set_index("cell_id")
     assert [list(frame.faults[k]) for k in ("one", "two")] == [["eval_left_on"], ["a", "b"]]
     assert [list(frame.verdicts[k]) for k in ("one", "two")] == [["wrong_mode"], ["va", "vb"]]
@@ -235,11 +235,11 @@ def test_records_before_version_12_get_their_planted_faults_as_lists(tmp_path):
 
 
 def test_records_of_an_older_schema_are_left_out_beside_current_ones(tmp_path):
-    # A knob added since changes every cell id: the old records would count each cell twice.
+    # A measurement may mean something else now: old and new beside each other would mix two meanings.
     folder = tmp_path / "records"
-    write_record({**record().to_dict(), "cell_id": "old", "started_at": None, "schema_version": 2}, folder)
-    write_record({**record().to_dict(), "cell_id": "new", "started_at": None, "schema_version": SCHEMA_VERSION}, folder)
-    with pytest.warns(UserWarning, match="1 record.*older schema version and are left out, beside 1"):
+    write_record({**record().to_dict(), "cell_id": "old", "started_at": None, "schema_id": "older"}, folder)
+    write_record({**record().to_dict(), "cell_id": "new", "started_at": None}, folder)
+    with pytest.warns(UserWarning, match="1 record.*older schema and are left out, beside 1"):
         frame = load_records(folder)
     assert frame.cell_id.tolist() == ["new"]
 
@@ -247,9 +247,7 @@ def test_records_of_an_older_schema_are_left_out_beside_current_ones(tmp_path):
 def test_one_record_file_loads_alone_and_a_foreign_file_is_named(tmp_path):
     folder = tmp_path / "records"
     for key in ("one", "two"):
-        write_record(
-            {**record().to_dict(), "cell_id": key, "started_at": None, "schema_version": SCHEMA_VERSION}, folder
-        )
+        write_record({**record().to_dict(), "cell_id": key, "started_at": None}, folder)
     assert load_records(folder / "two.parquet").cell_id.tolist() == ["two"]
     (tmp_path / "notes.parquet").write_text("not parquet")
     with pytest.raises(NoRecords, match=r"notes\.parquet is no record of this project"), warnings.catch_warnings():

@@ -19,10 +19,10 @@ from torch import nn
 
 from harness import after_training, cell, columns, reference, timing
 from harness.column import F64, Column
-from harness.columns import Declaration, assemble, declarations_in, harness_declarations, in_order
+from harness.columns import DECLARED, Declaration, assemble, declarations_in, harness_declarations
 from harness.instruments import Instruments, fit_capacity, memorize
 from harness.instruments.memorization import CAPACITY_COLUMNS, MEMORIZE_COLUMNS
-from harness.records import SCHEMA
+from harness.records import SCHEMA, SCHEMA_ID, schema_id
 
 
 def names(declared) -> set[str]:
@@ -142,10 +142,18 @@ def test_a_declaration_may_name_only_column_list_of_and_the_kinds(tmp_path):
         declarations_in(module, "producer.py")
 
 
-def test_columns_not_in_schema_15_s_order_go_after_it_in_the_order_declared():
-    assert in_order(["a", "b", "c", "d"], ["c", "a"], "ORDER") == ["c", "a", "b", "d"]
-    with pytest.raises(ValueError, match=r"ORDER names \['gone'\]"):
-        in_order(["a"], ["a", "gone"], "ORDER")
+def test_the_schema_id_is_a_fingerprint_of_the_declarations_and_of_nothing_else():
+    added = Column("throwaway_reading", F64, "a reading declared since")
+    assert schema_id(DECLARED) == SCHEMA_ID
+    assert schema_id([*DECLARED, added]) != SCHEMA_ID  # a new column: a new schema, with nothing raised by hand
+    first = DECLARED[0]
+    for changed in (
+        Column(first.name, "int64", first.meaning),  # another kind
+        Column(first.name, first.kind, first.meaning + ", now counted otherwise"),  # another meaning
+        Column(first.name, first.kind, first.meaning, per_budget=not first.per_budget),
+    ):
+        assert schema_id([changed, *DECLARED[1:]]) != SCHEMA_ID
+    assert schema_id(reversed(DECLARED)) == SCHEMA_ID  # a declaration moved to another module measures nothing new
 
 
 def import_columns_with(tmp_path: Path, module: str, old: str, new: str) -> subprocess.CompletedProcess:

@@ -75,7 +75,7 @@ def test_crossover_finds_the_smallest_width_where_the_gpu_wins():
 
 def test_the_doctor_quotes_the_device_study_where_it_exists(tmp_path):
     from doctor.machine import device_study_line
-    from harness.records import SCHEMA_VERSION, empty_record, write_record
+    from harness.records import SCHEMA_ID, empty_record, write_record
 
     assert f"no device study in {tmp_path / 'none'} yet" in device_study_line(tmp_path / "none")
     for device, width, milliseconds in [("cpu", 64, 1.0), ("cuda", 64, 2.0), ("cpu", 1024, 40.0), ("cuda", 1024, 4.0)]:
@@ -86,7 +86,7 @@ def test_the_doctor_quotes_the_device_study_where_it_exists(tmp_path):
                 "cell_id": f"{device}{width}",
                 "device": device,
                 "status": "ok",
-                "schema_version": SCHEMA_VERSION,
+                "schema_id": SCHEMA_ID,
                 "config_yaml": recipe,
                 "step_time_s": milliseconds / 1000,
                 "final_val_acc": 0.9,

@@ -14,7 +14,7 @@ from analysis import docs
 from analysis.rules import load_thresholds
 from doctor import doc_examples, machine, pages
 from doctor.pages import main
-from harness.records import SCHEMA_VERSION, empty_record, write_record
+from harness.records import SCHEMA_ID, empty_record, write_record
 
 DOCS = ROOT / "docs"
 
@@ -203,7 +203,7 @@ def test_the_quick_starts_python_loads_a_records_folder_and_leaves_a_foreign_tab
                 **empty_record(),
                 "cell_id": f"c{i}",
                 "status": "ok",
-                "schema_version": SCHEMA_VERSION,
+                "schema_id": SCHEMA_ID,
                 "fault": fault,
                 "dataset": "digits",
                 "final_val_acc": 0.5 + 0.1 * i,

@@ -12,7 +12,7 @@ from analysis.rules import RULES
 from analysis.score import accuracy_lines
 from analysis.sections import families_section, pairs_section
 from harness.cell import run_cell
-from harness.records import SCHEMA_VERSION, write_record
+from harness.records import SCHEMA_ID, write_record
 
 
 def pair(first: str, second: str, seed: int = 0, **measurements) -> pd.Series:
@@ -39,7 +39,7 @@ def three_pairs() -> list[pd.Series]:
 def written(rows: list[pd.Series], folder) -> str:
     """The hand-made rows written as a sweep writes records; returns the folder as the commands print it."""
     for row in rows:
-        write_record({**row.to_dict(), "started_at": None, "schema_version": SCHEMA_VERSION}, folder)
+        write_record({**row.to_dict(), "started_at": None, "schema_id": SCHEMA_ID}, folder)
     return str(folder)
 
 

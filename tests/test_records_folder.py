@@ -28,7 +28,7 @@ from analysis.load import load_records
 from harness.checks import ConfigError
 from harness.records import (
     SCHEMA,
-    SCHEMA_VERSION,
+    SCHEMA_ID,
     cell_id,
     cell_lock,
     empty_record,
@@ -57,7 +57,7 @@ def sweep(cells) -> tuple[str, object]:
 
 def fake_record(key: str, **values) -> dict:
     """A record of this schema with only the columns that identify it filled in: cheap, and enough to scan."""
-    return {**empty_record(), "cell_id": key, "status": "ok", "schema_version": SCHEMA_VERSION, **values}
+    return {**empty_record(), "cell_id": key, "status": "ok", "schema_id": SCHEMA_ID, **values}
 
 
 def truncate(path, keep: int = 2000) -> None:
@@ -71,8 +71,10 @@ def test_the_scan_names_every_entry_a_parquet_reader_would_trip_on_from_footers_
     shutil.copy(records / "a.parquet", records / "torn.parquet")
     truncate(records / "torn.parquet")
     pq.write_table(pa.Table.from_pylist([fake_record("b"), fake_record("c")], schema=SCHEMA), records / "all.parquet")
-    older = pa.schema([f for f in SCHEMA if f.name != "checkpoints"])  # a record written before a column came
-    pq.write_table(pa.Table.from_pylist([fake_record("d", schema_version=4)], schema=older), records / "d.parquet")
+    older = pa.schema(
+        [f for f in SCHEMA if f.name != "checkpoints"], metadata={b"schema_id": b"older"}
+    )  # a record written before a column came
+    pq.write_table(pa.Table.from_pylist([fake_record("d", schema_id="older")], schema=older), records / "d.parquet")
     (records / "notes.txt").write_text("what I ran")
     (records / "plots").mkdir()
     for skipped in (".x.lock", "_SUCCESS", ".a.parquet.123.tmp"):  # every parquet reader skips these names
@@ -94,6 +96,21 @@ def test_the_scan_names_every_entry_a_parquet_reader_would_trip_on_from_footers_
         "torn.parquet": "unreadable",
     }
     assert scan_folder(records / "absent") == record_io.FolderScan()
+
+
+def test_after_a_column_is_declared_the_sweep_the_scan_and_load_records_all_see_the_old_record_as_older(
+    records, monkeypatch
+):
+    # The trap of a hand-kept version number: a column declared without raising it was never measured (the sweep
+    # said "already done"). The id now follows the declarations, and all three read it the same way.
+    write_record(fake_record("a", fault="healthy", faults=["healthy"], verdicts=["healthy"]), records)
+    assert record_status(records, "a") == "ok"
+    added = record_io.Column("throwaway_reading", "float64", "a reading declared since")
+    monkeypatch.setattr(record_io, "SCHEMA_ID", record_io.schema_id([*record_io.DECLARED, added]))
+    assert record_status(records, "a") is None  # not done: the sweep measures it again
+    assert scan_folder(records).older == ["a.parquet"]
+    with pytest.warns(UserWarning, match="1 record.*older schema"):
+        assert load_records(records).cell_id.tolist() == ["a"]
 
 
 def test_another_cells_record_under_a_cells_name_does_not_make_it_done(records):
