@@ -36,13 +36,18 @@ from harness.data import RelativeStall, Splits, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments
 from harness.model import build_model
-from harness.records import SCHEMA_ID, cell_id, empty_record, planted, recipe_yaml, severity
+from harness.recipe import cell_id, planted, recipe_yaml, severity
+from harness.records import SCHEMA_ID, empty_record
 from harness.text import NOT_TEXT, PAD, lm_references
 from harness.timing import DeviceClock, NoClock
 
 # The columns `run_cell` and `measure` set themselves: what was run, on what, and how big the data was.
 COLUMNS = (
-    Column("cell_id", STR, "readable key plus a hash of the resolved recipe"),
+    Column(
+        "cell_id",
+        STR,
+        "readable key plus a hash of the recipe's group options and its difference from their healthy defaults",
+    ),
     Column("fault", STR, "the condition planted, as a label: its conf/fault/ option name (names joined by + for two)"),
     Column("faults", list_of(STR), "the conf/fault/ options planted: one, or two at once"),
     Column(

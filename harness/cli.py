@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.checks import KNOBS, cell_problems, knob_problems, n_jobs_problem
-from harness.records import check_writable, planted
+from harness.recipe import planted
+from harness.records import check_writable
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("fault", "dataset", "device", "model", "optimizer", "sweep")

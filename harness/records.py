@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from omegaconf import DictConfig, OmegaConf
 
 from harness.column import BOOL, F64, I32, I64, STR, TIMESTAMP
 from harness.columns import CHECKPOINT_COLUMNS, COLUMNS, DECLARED, Column
@@ -89,36 +88,6 @@ def written_with_this_schema(footer: dict[bytes, bytes] | None) -> bool:
     The one test the sweep's "already done", the folder scan and `load_records` all apply.
     """
     return stored_schema_id(footer) == SCHEMA_ID
-
-
-def recipe_yaml(cfg: DictConfig) -> str:
-    """The resolved config without the `run` node: what the cell computes, not how it is run."""
-    recipe = OmegaConf.to_container(cfg, resolve=True)
-    recipe.pop("run", None)
-    return OmegaConf.to_yaml(OmegaConf.create(recipe), sort_keys=True)
-
-
-def planted(cfg: DictConfig) -> tuple[list[str], list[str]]:
-    """The planted faults (one, or two with `fault=[a,b]`) and the verdicts that should name them, in order."""
-    faults = cfg.get("fault") or {}
-    if {"name", "diagnosis"} & set(faults):
-        raise ValueError("a fault file names itself as `fault: {<name>: <verdict>}`, not with name/diagnosis keys")
-    if not faults or not all(isinstance(v, str) and v for v in faults.values()):
-        raise ValueError("no fault chosen: a fault file adds `fault: {<name>: <verdict>}`, e.g. {healthy: healthy}")
-    return list(faults), list(faults.values())
-
-
-def severity(cfg: DictConfig) -> str:
-    """The size of the planted fault: the fault file's `severity`, else planted (none for a healthy control)."""
-    if cfg.get("severity"):
-        return str(cfg.severity)
-    return "none" if set((cfg.get("fault") or {}).values()) == {"healthy"} else "planted"
-
-
-def cell_id(cfg: DictConfig) -> str:
-    """Readable name plus a hash of every resolved value, so a changed recipe never reuses an old record."""
-    digest = hashlib.sha1(recipe_yaml(cfg).encode()).hexdigest()[:10]
-    return f"{'+'.join(planted(cfg)[0])}-{cfg.dataset.name}-{cfg.device.name}-s{cfg.seed}-{digest}"
 
 
 def empty_record() -> dict:

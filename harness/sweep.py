@@ -31,10 +31,10 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from harness.checks import ConfigError, dataset_problems, distinct_datasets
+from harness.recipe import cell_id
 from harness.records import (
     QUARANTINE,
     FolderScan,
-    cell_id,
     cell_lock,
     check_writable,
     lock_path,

@@ -7,7 +7,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED
-from harness.records import planted, recipe_yaml
+from harness.recipe import planted, recipe_yaml
 
 
 def planted_in(fault: str, *overrides: str):
@@ -105,7 +105,7 @@ def test_every_other_size_is_the_same_fault_with_another_value_of_the_same_knobs
 
 
 def test_the_planted_size_records_as_planted_and_a_control_as_none():
-    from harness.records import severity
+    from harness.recipe import severity
 
     assert severity(make_config("fault=lr_too_high")) == "planted"
     assert severity(make_config("fault=healthy_dropout")) == "none"

@@ -26,10 +26,10 @@ import harness.records as record_io
 import harness.sweep as sweep_module
 from analysis.load import load_records
 from harness.checks import ConfigError
+from harness.recipe import cell_id
 from harness.records import (
     SCHEMA,
     SCHEMA_ID,
-    cell_id,
     cell_lock,
     empty_record,
     lock_path,
