@@ -279,7 +279,7 @@ def train(
 
     A snapshot is taken at each step of `snapshot_at`: the measurements as if the run stopped there.
     """
-    model, optimizer, scaler, schedule, loss_fn = run.model, run.optimizer, run.scaler, run.schedule, run.loss_fn
+    model, optimizer, scaler, loss_fn = run.model, run.optimizer, run.scaler, run.loss_fn
     # Plain values, not config lookups, inside the loop: an OmegaConf access costs about 30 us.
     steps, eval_every, zero_every = loop_cfg.steps, loop_cfg.eval_every, loop_cfg.zero_grad_every
     accumulate = loop_cfg.accumulate  # batches (backward passes) per optimizer step
@@ -309,14 +309,7 @@ def train(
         scaler.scale(loss / accumulate if accumulate > 1 else loss).backward()
         instruments.after_backward(loss)
         if step % accumulate == 0:
-            if clip_norm:
-                if not clip_scaled:
-                    scaler.unscale_(optimizer)  # the fault "clipped before unscale_" is this line after the next
-                nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-            scaler.step(optimizer)  # unscales (unless done above) and steps, or skips a step with inf/NaN gradients
-            scaler.update()
-            if schedule is not None:
-                schedule.step()
+            optimizer_step(run, clip_norm, clip_scaled)
         clock.end_step()
         if stall is not None:
             stall.record(time.perf_counter() - began)  # the slow loader's stall is a multiple of this
@@ -328,6 +321,18 @@ def train(
             snapshots.append({**instruments.snapshot(), **final_scores(run)})
         check()
     return snapshots
+
+
+def optimizer_step(run: Training, clip_norm: float, clip_scaled: bool) -> None:
+    """One optimizer step as a mixed-precision loop takes it: unscale, clip, step, update, then the schedule."""
+    if clip_norm:
+        if not clip_scaled:
+            run.scaler.unscale_(run.optimizer)  # the fault "clipped before unscale_" is this line after the next
+        nn.utils.clip_grad_norm_(run.model.parameters(), clip_norm)
+    run.scaler.step(run.optimizer)  # unscales (unless done above) and steps, or skips a step with inf/NaN gradients
+    run.scaler.update()
+    if run.schedule is not None:
+        run.schedule.step()
 
 
 def end_of_run(cfg: DictConfig, run: Training, kept: tuple | None, check: Callable[[], None]) -> dict:

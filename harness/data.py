@@ -66,46 +66,10 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
     train, val = train_test_split(
         np.arange(len(labels)), test_size=data_cfg.val_fraction, random_state=seed, stratify=labels
     )
-    if data_cfg.standardize:
-        mean = features[train].mean(axis=0)
-        std = features[train].std(axis=0)
-        std[std == 0] = 1.0  # digits has pixels that are always 0: leave them at 0 instead of dividing by 0
-        features = (features - mean) / std
-    if data_cfg.leak_column:
-        # A column computed from the label (a feature derived from the target, an id that sorts with it), in both
-        # splits, standardized with the training split's statistics like the rest.
-        leaked = labels.astype(np.float32)
-        scale = leaked[train].std() or 1.0
-        features = np.hstack([features, ((leaked - leaked[train].mean()) / scale)[:, None]]).astype(np.float32)
-    features = features * data_cfg.input_scale
-
-    rng = np.random.default_rng(seed)
-    if data_cfg.minority_share < 1.0:
-        # The upper half of the classes keeps only this share of its training examples (at least one each).
-        minority = labels[train] >= (n_classes + 1) // 2
-        keep = ~minority | (rng.random(len(train)) < data_cfg.minority_share)
-        for c in range((n_classes + 1) // 2, n_classes):
-            keep[np.flatnonzero(labels[train] == c)[:1]] = True
-        train = train[keep]
-    if data_cfg.train_share < 1.0:
-        # A random subset with the class mix kept (the split is already shuffled), at least 2 examples per class.
-        per_class = [train[labels[train] == k] for k in range(n_classes)]
-        train = rng.permutation(
-            np.concatenate([c[: max(math.ceil(data_cfg.train_share * len(c)), 2)] for c in per_class])
-        )
-    y_train = labels[train]
-    if data_cfg.shuffle_labels:
-        # Training labels only: validation keeps the truth, so accuracy shows nothing was learned.
-        y_train = rng.permutation(y_train)
-    if data_cfg.label_shift:
-        # Labels one row off their inputs: the off-by-one of a join or of two lists sliced differently.
-        y_train = np.roll(y_train, data_cfg.label_shift)
-    if data_cfg.label_noise > 0:
-        # Symmetric noise: a share of the labels drawn again uniformly from all classes (so some land on the right
-        # one: (C-1)/C of them change), the rest left true. Even at 0.6 the true class stays the most frequent.
-        noisy = rng.random(len(y_train)) < data_cfg.label_noise
-        y_train = y_train.copy()
-        y_train[noisy] = rng.integers(0, n_classes, size=int(noisy.sum()))
+    features = _features(features, labels, train, data_cfg)
+    rng = np.random.default_rng(seed)  # one stream, drawn in this order: the kept rows, the labels, the copies
+    train = _training_rows(train, labels, n_classes, data_cfg, rng)
+    y_train = _training_labels(labels[train], n_classes, data_cfg, rng)
     x_val, y_val = features[val], labels[val]
     if data_cfg.val_copies > 0:
         # The first share of the validation examples replaced by copies of training examples, with their labels (a
@@ -121,6 +85,57 @@ def load_splits(dataset_cfg, data_cfg, seed: int) -> Splits:
         y_val=torch.from_numpy(y_val.astype(np.int64)),
         n_classes=n_classes,
     )
+
+
+def _features(features: np.ndarray, labels: np.ndarray, train: np.ndarray, data_cfg) -> np.ndarray:
+    """The features as the recipe feeds them: standardized on the training split, a leaked column, a scale."""
+    if data_cfg.standardize:
+        mean = features[train].mean(axis=0)
+        std = features[train].std(axis=0)
+        std[std == 0] = 1.0  # digits has pixels that are always 0: leave them at 0 instead of dividing by 0
+        features = (features - mean) / std
+    if data_cfg.leak_column:
+        # A column computed from the label (a feature derived from the target, an id that sorts with it), in both
+        # splits, standardized with the training split's statistics like the rest.
+        leaked = labels.astype(np.float32)
+        scale = leaked[train].std() or 1.0
+        features = np.hstack([features, ((leaked - leaked[train].mean()) / scale)[:, None]]).astype(np.float32)
+    return features * data_cfg.input_scale
+
+
+def _training_rows(train: np.ndarray, labels: np.ndarray, n_classes: int, data_cfg, rng) -> np.ndarray:
+    """The training rows kept: fewer of the upper classes (an imbalance), or a share of all (too few examples)."""
+    if data_cfg.minority_share < 1.0:
+        # The upper half of the classes keeps only this share of its training examples (at least one each).
+        minority = labels[train] >= (n_classes + 1) // 2
+        keep = ~minority | (rng.random(len(train)) < data_cfg.minority_share)
+        for c in range((n_classes + 1) // 2, n_classes):
+            keep[np.flatnonzero(labels[train] == c)[:1]] = True
+        train = train[keep]
+    if data_cfg.train_share < 1.0:
+        # A random subset with the class mix kept (the split is already shuffled), at least 2 examples per class.
+        per_class = [train[labels[train] == k] for k in range(n_classes)]
+        train = rng.permutation(
+            np.concatenate([c[: max(math.ceil(data_cfg.train_share * len(c)), 2)] for c in per_class])
+        )
+    return train
+
+
+def _training_labels(y_train: np.ndarray, n_classes: int, data_cfg, rng) -> np.ndarray:
+    """The training labels as the loop gets them: shuffled, shifted a row, or partly drawn again (label faults)."""
+    if data_cfg.shuffle_labels:
+        # Training labels only: validation keeps the truth, so accuracy shows nothing was learned.
+        y_train = rng.permutation(y_train)
+    if data_cfg.label_shift:
+        # Labels one row off their inputs: the off-by-one of a join or of two lists sliced differently.
+        y_train = np.roll(y_train, data_cfg.label_shift)
+    if data_cfg.label_noise > 0:
+        # Symmetric noise: a share of the labels drawn again uniformly from all classes (so some land on the right
+        # one: (C-1)/C of them change), the rest left true. Even at 0.6 the true class stays the most frequent.
+        noisy = rng.random(len(y_train)) < data_cfg.label_noise
+        y_train = y_train.copy()
+        y_train[noisy] = rng.integers(0, n_classes, size=int(noisy.sum()))
+    return y_train
 
 
 def text_splits(dataset_cfg, data_cfg, seed: int) -> Splits:

@@ -161,33 +161,15 @@ def fit_capacity(
     """
     if not steps or not batches:  # not measured: no evidence either way
         return dict(NO_CAPACITY)
-    sizes = [len(y) for _, y in batches]
-    total = sum(sizes)
+    total = sum(len(y) for _, y in batches)
     best, best_rate, task, classes = -math.inf, math.nan, None, None
     val_score, val_examples = math.nan, 0
     for rate in [float(r) for r in rates]:
         with torch.random.fork_rng(devices=[]):  # the run's own RNG stream is left untouched
             torch.manual_seed(seed)
             model = model_factory().to(tensors(batches[0][0])[0].device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=rate)
-        model.train()
-        for _ in range(steps):
-            optimizer.zero_grad(set_to_none=True)
-            for (x, y), size in zip(batches, sizes, strict=True):
-                (loss_fn(forward(model, x), y) * (size / total)).backward()
-            optimizer.step()
-            check()
-        model.eval()
-        scorer = None
-        with torch.no_grad():
-            for x, y in batches:
-                outputs = forward(model, x)
-                if scorer is None:
-                    task = task_of(y, outputs)
-                    classes = outputs.shape[-1] if task in INDEX_TASKS else None
-                    scorer = Scorer(task)
-                scorer.add(outputs, y)
-        score = scorer.value()
+        _fit_full_batch(model, batches, loss_fn, rate, steps, check, forward)
+        score, task, classes = _score_fitted(model, batches, forward)
         if math.isfinite(score) and score > best:
             best, best_rate = score, rate
             if held_out:
@@ -202,6 +184,37 @@ def fit_capacity(
         "capacity_val_score": val_score,
         "capacity_val_examples": val_examples,
     }
+
+
+def _fit_full_batch(
+    model: nn.Module, batches: list[tuple], loss_fn: Callable, rate: float, steps: int, check: Callable, forward
+) -> None:
+    """Adam at `rate` for `steps` steps, each on the gradient over every example (batch by batch, weighted by size)."""
+    sizes = [len(y) for _, y in batches]
+    total = sum(sizes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=rate)
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        for (x, y), size in zip(batches, sizes, strict=True):
+            (loss_fn(forward(model, x), y) * (size / total)).backward()
+        optimizer.step()
+        check()
+
+
+def _score_fitted(model: nn.Module, batches: list[tuple], forward: Callable) -> tuple[float, str, int | None]:
+    """The fitted model's score on the examples it fitted, in the task's metric; the task and its class count."""
+    model.eval()
+    scorer, task, classes = None, None, None
+    with torch.no_grad():
+        for x, y in batches:
+            outputs = forward(model, x)
+            if scorer is None:
+                task = task_of(y, outputs)
+                classes = outputs.shape[-1] if task in INDEX_TASKS else None
+                scorer = Scorer(task)
+            scorer.add(outputs, y)
+    return scorer.value(), task, classes
 
 
 def _score(model: nn.Module, batches: list[tuple], task: str, forward: Callable) -> tuple[float, int]:

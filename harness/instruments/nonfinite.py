@@ -238,63 +238,87 @@ class NonFiniteWatch(Collector):
         return [name for name, p in self.named_params if _count(p)[0]]
 
     def _origin(self, kept: _Step, value: float, on_the_step: bool, outputs: list[torch.Tensor] | None) -> Origin:
-        step, inputs = kept.step, kept.inputs
+        """Where the first non-finite loss came from, each read as far as the kept step allows.
 
-        def found(what: str, detail: str, at: int = step) -> Origin:
-            return Origin(step, value, what, at, detail)
-
-        if on_the_step:
-            weights = self._weights_now()  # the step's own weights, not yet updated: counted
-        elif kept.magnitudes is not None:
-            at = len(kept.grad_names)
-            weights = stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist()
-            weights = [name for (name, _), v in zip(self.named_params, weights, strict=True) if not math.isfinite(v)]
-        else:
-            weights = None  # a step the cost budget did not watch: its weights were not kept
+        The weights (and the gradients before them), else the inputs, else the model's outputs, else the loss itself.
+        """
+        weights = self._nonfinite_weights(kept, on_the_step)
         if weights:
-            if not on_the_step:  # read from the step's norms: an inf there may be values past 1e19
-                weights = [
-                    f"{name} (norm {v:g})"
-                    for name, v in zip(
-                        [n for n, _ in self.named_params],
-                        stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist(),
-                        strict=True,
-                    )
-                    if name in weights
-                ]
-            if self.gradients is not None:
-                at, names, finite_loss = self.gradients
-                return found(
-                    "gradients",
-                    f"the gradients of {_names(names)} were non-finite at step {at} while its loss was finite"
-                    f" ({finite_loss:.3g}); the update made the weights {_names(weights)} non-finite, and the loss"
-                    " followed",
-                    at,
-                )
-            if step == 0:
-                return found(
-                    "weights at initialization", f"the weights {_names(weights)} were non-finite before any update"
-                )
-            checked = (
-                "were finite"
-                if kept.previous_read
-                else "were not read (a cycle the doctor's cost budget did not watch)"
+            return self._weights_origin(kept, value, weights)
+        step = kept.step
+        if kept.inputs is None:  # after_backward without the doctor watching the batches: nothing to look back at
+            return Origin(
+                step,
+                value,
+                "outputs or loss",
+                step,
+                "the weights were finite; the doctor saw no batch to check the rest on",
             )
-            return found(
-                "weights",
-                f"the weights {_names(weights)} were non-finite after the update of step {step - 1}, whose gradients"
-                f" {checked}",
-            )
-        if inputs is None:  # after_backward without the doctor watching the batches: nothing to look back at
-            return found("outputs or loss", "the weights were finite; the doctor saw no batch to check the rest on")
-        bad, total = map(sum, zip(*(_count(t) for t in tensors(inputs)), strict=True))
+        bad, total = map(sum, zip(*(_count(t) for t in tensors(kept.inputs)), strict=True))
         if bad:
-            return found("inputs", f"{bad} of {total} input values of the batch at step {step} were NaN or inf")
+            return Origin(
+                step,
+                value,
+                "inputs",
+                step,
+                f"{bad} of {total} input values of the batch at step {step} were NaN or inf",
+            )
+        return self._outputs_origin(kept, value, on_the_step, outputs, weights_kept=weights is not None)
+
+    def _nonfinite_weights(self, kept: _Step, on_the_step: bool) -> list[str] | None:
+        """The weights that were non-finite at the kept step, named (with their norms where read from those).
+
+        None where the step's weights were not kept (a step the cost budget did not watch).
+        """
+        if on_the_step:
+            return self._weights_now()  # the step's own weights, not yet updated: counted
+        if kept.magnitudes is None:
+            return None
+        at = len(kept.grad_names)
+        norms = stacked(kept.magnitudes[at : at + len(self.named_params)], kept.loss.device).tolist()
+        # Read from the step's norms: an inf there may be values past 1e19, so the norm is said with the name.
+        return [
+            f"{name} (norm {v:g})"
+            for (name, _), v in zip(self.named_params, norms, strict=True)
+            if not math.isfinite(v)
+        ]
+
+    def _weights_origin(self, kept: _Step, value: float, weights: list[str]) -> Origin:
+        """Non-finite weights: made so by non-finite gradients, there from initialization, or by an update."""
+        step = kept.step
+        if self.gradients is not None:
+            at, names, finite_loss = self.gradients
+            detail = (
+                f"the gradients of {_names(names)} were non-finite at step {at} while its loss was finite"
+                f" ({finite_loss:.3g}); the update made the weights {_names(weights)} non-finite, and the loss followed"
+            )
+            return Origin(step, value, "gradients", at, detail)
+        if step == 0:
+            detail = f"the weights {_names(weights)} were non-finite before any update"
+            return Origin(step, value, "weights at initialization", step, detail)
+        checked = (
+            "were finite" if kept.previous_read else "were not read (a cycle the doctor's cost budget did not watch)"
+        )
+        detail = (
+            f"the weights {_names(weights)} were non-finite after the update of step {step - 1}, whose gradients"
+            f" {checked}"
+        )
+        return Origin(step, value, "weights", step, detail)
+
+    def _outputs_origin(
+        self, kept: _Step, value: float, on_the_step: bool, outputs: list[torch.Tensor] | None, weights_kept: bool
+    ) -> Origin:
+        """From finite inputs and weights: whether the model's outputs were non-finite, else the loss was."""
+        step = kept.step
+
+        def found(what: str, detail: str) -> Origin:
+            return Origin(step, value, what, step, detail)
+
         if outputs:  # the census step's own: counted
             bad_outputs, total_outputs = map(sum, zip(*(_count(o) for o in outputs), strict=True))
             largest = max(float(o.abs().max()) for o in outputs)
         elif on_the_step:
-            again = self._forward_again(inputs)
+            again = self._forward_again(kept.inputs)
             if again is None:
                 return found(
                     "outputs or loss",
@@ -304,22 +328,9 @@ class NonFiniteWatch(Collector):
             bad_outputs, total_outputs = _count(again)
             largest = float(again.detach().abs().max()) if again.numel() else 0.0
         elif kept.output_sizes:  # an earlier step of the window: whether its outputs were finite
-            sums = stacked(kept.magnitudes[len(kept.magnitudes) - len(kept.output_sizes) :], kept.loss.device).tolist()
-            total_outputs = sum(kept.output_sizes)
-            if not all(math.isfinite(v) for v in sums):
-                return found(
-                    "outputs",
-                    f"the model's outputs on the batch of step {step} held NaN or inf among their {total_outputs}"
-                    " values, from finite inputs and finite weights",
-                )
-            rms = math.sqrt(sum(v * v for v in sums) / max(total_outputs, 1))
-            return found(
-                "loss",
-                f"inputs, weights and the model's outputs were finite (RMS output {rms:.3g}), but the loss was"
-                f" {_kind(value)}",
-            )
+            return self._kept_outputs_origin(kept, value)
         else:
-            unchecked = "outputs" if weights is not None else "weights and outputs"
+            unchecked = "outputs" if weights_kept else "weights and outputs"
             return found(
                 "outputs or loss",
                 f"the inputs were finite; step {step} was a cycle the doctor's cost budget did not watch in full, so"
@@ -329,14 +340,31 @@ class NonFiniteWatch(Collector):
             return found(
                 "outputs",
                 f"the model's outputs on the batch of step {step} had {bad_outputs} of {total_outputs} values NaN or"
-                " inf, from finite"
-                " inputs and finite weights",
+                " inf, from finite inputs and finite weights",
             )
         return found(
             "loss",
             f"inputs, weights and the model's outputs were finite (largest |output| {largest:.3g}), but the loss was"
             f" {_kind(value)}",
         )
+
+    def _kept_outputs_origin(self, kept: _Step, value: float) -> Origin:
+        """An earlier step of the window, read from the output sums it kept: outputs non-finite, else the loss."""
+        step = kept.step
+        sums = stacked(kept.magnitudes[len(kept.magnitudes) - len(kept.output_sizes) :], kept.loss.device).tolist()
+        total_outputs = sum(kept.output_sizes)
+        if not all(math.isfinite(v) for v in sums):
+            detail = (
+                f"the model's outputs on the batch of step {step} held NaN or inf among their {total_outputs}"
+                " values, from finite inputs and finite weights"
+            )
+            return Origin(step, value, "outputs", step, detail)
+        rms = math.sqrt(sum(v * v for v in sums) / max(total_outputs, 1))
+        detail = (
+            f"inputs, weights and the model's outputs were finite (RMS output {rms:.3g}), but the loss was"
+            f" {_kind(value)}"
+        )
+        return Origin(step, value, "loss", step, detail)
 
     def _forward_again(self, inputs) -> torch.Tensor | None:
         """The model's outputs on the step's inputs, as the step computed them; None if that forward fails.

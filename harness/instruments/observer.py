@@ -77,6 +77,13 @@ class Instruments:
             loop.spend = budget.spend
             loop.census_gate = lambda step: budget.allows(step, self.data_wait.loop_start)
             loop.decide_next = lambda: budget.allows(loop.step + 1, self.data_wait.loop_start)
+        self.collectors = self._build_collectors(loop, keep_examples, fresh_gradient, pad_id, watch_nonfinite)
+        self._index_listeners()
+
+    def _build_collectors(
+        self, loop: Loop, keep_examples: int, fresh_gradient: bool, pad_id: int | None, watch_nonfinite: bool
+    ) -> list[Collector]:
+        """Every collector, each kept as an attribute by what it collects, in the order they run."""
         # Built in the order they run (see the module docstring); each registers its hooks as it is built.
         self.data_wait = DataWait()
         self.clearing = GradientClearing(loop)
@@ -100,7 +107,7 @@ class Instruments:
         # The padding the loss scores: counted by the dataset's pad id (the grid's text), or by a watch the doctor
         # gives it once it knows the task (harness/instruments/padding.py).
         self.padding = Padding(loop, pad_id)
-        self.collectors: list[Collector] = [
+        collectors: list[Collector] = [
             self.data_wait,
             self.clearing,
             self.optimizer_steps,
@@ -125,7 +132,10 @@ class Instruments:
         ]
         # The doctor's watch for the first NaN or inf loss runs last (it may run the forward again); cells leave it off.
         self.nonfinite = NonFiniteWatch(loop) if watch_nonfinite else None
-        self.collectors += [self.nonfinite] if self.nonfinite is not None else []
+        return collectors + ([self.nonfinite] if self.nonfinite is not None else [])
+
+    def _index_listeners(self) -> None:
+        """Which collectors each event calls, on every step and around a census: only those that listen."""
         # Only the collectors that listen for an event are called on it: these run on every step of the loop (on
         # the cycles a cost budget does not watch, only those not SAMPLED).
         self._seeing = [c for c in self.collectors if type(c).see is not Collector.see]
