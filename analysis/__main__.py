@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, records) -> None:
 
         print("\n".join(printout(records[records.status == "ok"])))
     elif args.command == "data-curve":
-        from analysis.data_forecast import printout as data_printout
+        from analysis.data_curve_study import printout as data_printout
 
         print("\n".join(data_printout(records)))
     elif args.command == "early":

@@ -7,7 +7,7 @@ runs that check, so a fault file, rule, feature or record column changed without
   should be named by, the knobs it changes and its own comment (what is broken, which measurement should show it);
 - docs/rules.md: the ordered checks, what each reads and is normalized by, and their fitted thresholds
   (analysis/checks/ and analysis/thresholds.json);
-- docs/features.md: every feature the rules (and the naive rules) read (analysis/features.py);
+- docs/features.md: every feature the rules (and the naive rules) read (analysis/features.py, analysis/declarations/);
 - docs/records.md: every column of a record, its type and meaning, where it is declared and whether each step
   budget keeps it (harness/columns.py, harness/records.py).
 
@@ -25,7 +25,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from analysis.features import FEATURES_LIST, NAIVE_FEATURES_LIST
+from analysis.declarations.naive import NAIVE_FEATURES_LIST
+from analysis.features import FEATURES_LIST
 from analysis.rules import RULES, fitted_budgets, rules_table
 from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
 from harness.records import SCHEMA, SCHEMA_ID
@@ -132,7 +133,7 @@ def rules_page() -> str:
 
 def features_page() -> str:
     """docs/features.md: every feature, what it is normalized by and which rules read it."""
-    text = _header("The features", "analysis/features.py (FEATURES_LIST)")
+    text = _header("The features", "analysis/declarations/ (one module per family), in analysis/features.py's ORDER")
     readers: dict[str, list[str]] = {}
     for rule in RULES:
         readers.setdefault(rule.feature, []).append(f"`{rule.verdict}`")

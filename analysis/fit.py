@@ -11,7 +11,7 @@ If firing on nothing is strictly better, the threshold lies beyond every value. 
 give the same file.
 
 At a shorter budget a healthy run is labeled as it was there: still_improving if its own continuation did
-measurably better (analysis/harm.py), healthy otherwise. The outcome gate (analysis/rules.py) is fitted first
+measurably better (analysis/harm.py), healthy otherwise. The outcome gate (analysis/outcome_gate.py) is fitted first
 at each budget, and a rule that needs harm is fitted only on the records where the gate is open.
 
 Any slice of a grid can be fitted: a rule that cannot be fitted on the records at hand (its fault has no cell
@@ -33,7 +33,8 @@ import pandas as pd
 
 from analysis.features import FEATURES, at_budget, budgets_of, feature_table
 from analysis.harm import STILL_IMPROVING, harm_table, harmful, label_stopped_early
-from analysis.rules import OUTCOME_GATE, RULES, THRESHOLDS_FILE, Rule, gate_open, load_thresholds
+from analysis.outcome_gate import OUTCOME_GATE, gate_open
+from analysis.rules import RULES, THRESHOLDS_FILE, Rule, load_thresholds
 
 TUNED_DATASET = "digits"  # the tuned real dataset; the generated zoo problems are tuned on too
 

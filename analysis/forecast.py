@@ -15,7 +15,7 @@ error at that step (the parameters' covariance carried through the curve), widen
 factor that made the zoo's 90% intervals cover 90% of the continuations (measured by the same command).
 
 A Forecast says how much of the fall so far the longer run adds (`gain_share`): the feature `forecast_gain`
-(analysis/features.py), which `still_improving` reads. A run whose loss has flattened adds next to nothing; a
+(analysis/loss_curves.py), which `still_improving` reads. A run whose loss has flattened adds next to nothing; a
 run stopped while its loss still fell steeply adds a large share.
 """
 

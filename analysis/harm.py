@@ -95,7 +95,7 @@ def harm_table(records: pd.DataFrame) -> pd.DataFrame:
     read on the run's accuracy (healthy cells, and fault cells with one fault planted judged against a twin's
     accuracy, not by definition or by time).
 
-    The outcome gate (analysis/rules.py) is fitted on the `by_outcome` rows: what it should tell from the run
+    The outcome gate (analysis/outcome_gate.py) is fitted on the `by_outcome` rows: what it should tell from the run
     alone is what the twin tells here.
     """
     keys = pd.Series([_twin_key(record) for _, record in records.iterrows()], index=records.index)

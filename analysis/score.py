@@ -16,7 +16,8 @@ from sklearn.tree import DecisionTreeClassifier
 from analysis.features import feature_table
 from analysis.fit import TUNED_DATASET, NothingToFit, fit_thresholds, is_tuned
 from analysis.harm import harmful
-from analysis.rules import NAIVE_RULES, NAIVE_THRESHOLDS, RULES, load_thresholds, verdicts
+from analysis.naive_rules import NAIVE_RULES, NAIVE_THRESHOLDS
+from analysis.rules import RULES, load_thresholds, verdicts
 
 METHODS = ("rules", "naive", "tree", "forest")
 

@@ -1,8 +1,8 @@
 """Hand-made records shared by the tests: one that looks healthy, and for each rule the change that plants its fault.
 
 The analysis tests judge these with the committed thresholds (`THRESHOLDS`); the pairs tests combine two faults.
-A fault whose rule needs harm (analysis/rules.py) is planted on a run that fell short of the references
-(`FELL_SHORT`): on a run that learned as well, its finding is a warning (tests/test_outcome_gate.py).
+A fault whose rule needs harm (analysis/rules.py, analysis/outcome_gate.py) is planted on a run that fell short of the
+references (`FELL_SHORT`): on a run that learned as well, its finding is a warning (tests/test_outcome_gate.py).
 """
 
 import math

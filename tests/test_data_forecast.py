@@ -69,7 +69,7 @@ def test_fewer_examples_leave_more_to_gain():
 def test_the_gated_candidate_reads_the_gain_only_past_a_measurable_gap():
     import pandas as pd
 
-    from analysis.data_forecast import candidates
+    from analysis.data_curve_study import candidates
     from analysis.features import feature_table
 
     fit = reference_fit(*_digits(0.1))

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analysis.features import PER_CLASS_FLOOR, REFERENCE_FLOOR, RESTS_ON_REFERENCES, features
+from analysis.features import REFERENCE_FLOOR, RESTS_ON_REFERENCES, features
+from analysis.yardsticks import PER_CLASS_FLOOR
 from doctor import Doctor
 from harness.reference import reference_fit
 

@@ -11,20 +11,39 @@ import math
 import pytest
 from hand_records import record
 
-import analysis.features
-from analysis.features import FEATURES_LIST, Feature, features
+import analysis.feature
+import analysis.loss_curves
+import analysis.yardsticks
+from analysis.declarations import (
+    capacity,
+    data,
+    initialization,
+    language,
+    loop,
+    naive,
+    outcome,
+    outputs,
+    parameters,
+    schedule,
+)
+from analysis.feature import Feature
+from analysis.features import FEATURES_LIST, features
 
-SOURCE = ast.parse(inspect.getsource(analysis.features))
-FUNCTIONS = {node.name: node for node in SOURCE.body if isinstance(node, ast.FunctionDef)}
+# The declarations (one module per family) and the formulas they call (analysis/feature.py's readers, and the
+# formulas of analysis/yardsticks.py and analysis/loss_curves.py), read from their source.
+DECLARING = [capacity, data, initialization, language, loop, naive, outcome, outputs, parameters, schedule]
+FORMULAS = [analysis.feature, analysis.yardsticks, analysis.loss_curves]
+SOURCES = [ast.parse(inspect.getsource(module)) for module in DECLARING + FORMULAS]
+FUNCTIONS = {node.name: node for source in SOURCES for node in source.body if isinstance(node, ast.FunctionDef)}
 
 
 def _columns_named_in(node: ast.AST, seen: set[str]) -> set[str]:
-    """Every column named as a literal in `node` (m.get("x"), m["x"], _get(m, "x")), through the helpers it calls."""
+    """Every column named as a literal in `node` (m.get("x"), m["x"], column(m, "x")), through the helpers it calls."""
     named = set()
     for child in ast.walk(node):
         if isinstance(child, ast.Call):
             func = child.func
-            if isinstance(func, ast.Name) and func.id in ("_get", "_finite_curve") and len(child.args) > 1:
+            if isinstance(func, ast.Name) and func.id in ("column", "finite_curve") and len(child.args) > 1:
                 named |= {child.args[1].value} if isinstance(child.args[1], ast.Constant) else set()
             if isinstance(func, ast.Attribute) and func.attr == "get" and getattr(func.value, "id", None) == "m":
                 named |= {child.args[0].value} if isinstance(child.args[0], ast.Constant) else set()
@@ -37,13 +56,10 @@ def _columns_named_in(node: ast.AST, seen: set[str]) -> set[str]:
 
 
 def _computed_from() -> dict[str, set[str]]:
-    """Per feature, the columns its code names (read from the module's source, every branch)."""
+    """Per feature, the columns its code names (read from the declaring modules' source, every branch)."""
     found = {}
-    for node in SOURCE.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in (
-            "FEATURES_LIST",
-            "NAIVE_FEATURES_LIST",
-        ):
+    for node in (node for source in SOURCES for node in source.body):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("DECLARED", "NAIVE_FEATURES_LIST"):
             for call in node.value.elts:
                 compute = call.args[4]
                 start = FUNCTIONS[compute.id] if isinstance(compute, ast.Name) else compute

@@ -14,7 +14,8 @@ import pytest
 from hand_records import PLANTED, THRESHOLDS, record
 
 from analysis.features import features
-from analysis.rules import HEALTHY, OUTCOME_GATE, RULES, UNEXPLAINED, WARNING, diagnose, load_thresholds, verdicts
+from analysis.outcome_gate import OUTCOME_GATE
+from analysis.rules import HEALTHY, RULES, UNEXPLAINED, WARNING, diagnose, load_thresholds, verdicts
 
 GATED = {**THRESHOLDS, OUTCOME_GATE.name: 0.10}
 

@@ -1,13 +1,13 @@
 """The outcome gate's yardsticks that know the run: a clean copy of its own model, and its own tokens' counts.
 
-A run is harmed when it learned measurably less than it could (analysis/rules.py: OutcomeGate). What it could is
+A run is harmed when it learned measurably less than it could (analysis/outcome_gate.py: OutcomeGate). What it could is
 read by yardsticks that know nothing of its loop: the quick references (ridge, 5-NN), a clean copy of its model
 from its own factory scored on validation (harness/instruments/memorization.py: `fit_capacity`), and for a
 next-token run the unigram and bigram counts of its own training tokens (harness/text.py: `pair_count_losses`).
 
 The copy's case is the issue's: a loop whose rate is too low beats ridge and 5-NN on a problem they cannot read (an
 XOR of two inputs), and falls far short of what the same model reaches in a clean loop. The committed thresholds
-give the copy no tolerance (analysis/rules.py: OutcomeGate.copy_quantile says why): the report says its reading,
+give the copy no tolerance (analysis/outcome_gate.py: OutcomeGate.copy_quantile says why): the report says its reading,
 and the gate opens on it where thresholds with a tolerance are given.
 """
 
@@ -19,7 +19,8 @@ import torch
 from test_sequence_outputs import TRAIN_FILES, VALIDATION_FILES, text
 from torch import nn
 
-from analysis.rules import OUTCOME_GATE, load_thresholds
+from analysis.outcome_gate import OUTCOME_GATE
+from analysis.rules import load_thresholds
 from doctor import Doctor
 from harness.text import VOCAB, pair_count_losses, token_losses
 

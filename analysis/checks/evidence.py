@@ -15,8 +15,8 @@ from collections import ChainMap
 from collections.abc import Callable, Iterator, Mapping
 
 from analysis.data_forecast import data_forecast
-from analysis.features import prior_baseline
 from analysis.forecast import MIN_STEPS, finite_losses, forecast
+from analysis.yardsticks import prior_baseline
 
 # By task; the others score accuracy.
 METRIC_NAMES = {"regression": "R²", "multilabel": "per-label accuracy", "sequence": "per-position accuracy"}

@@ -5,7 +5,7 @@ not fit the targets.
 """
 
 from analysis.checks.base import BY_DEFINITION, Check, Harm
-from analysis.features import FLOORED_LOGITS
+from analysis.yardsticks import FLOORED_LOGITS
 
 # Facts about what the loss itself received (harness/instruments/loss_inputs.py reads its arguments, whatever
 # computed them: a decoder in training_step, a reshape in the loop, a functional loss). Their thresholds are facts,
@@ -41,7 +41,7 @@ NLL_ON_PROBABILITIES = Check(
 # score it cuts at exactly 0 with no gradient through it, so those classes can never be pushed down or back up,
 # and with BCE no output can say "no". Continuous scores are never exactly 0 (a healthy head's, a sigmoid's, or a
 # model's that ignores its input, whose rows are alike); a floor holds a large share (half of a fresh model's).
-# The threshold, FLOORED_LOGITS (analysis/features.py, which keeps the capacity evidence off such runs), is 5%.
+# The threshold, FLOORED_LOGITS (analysis/yardsticks.py, which keeps the capacity evidence off such runs), is 5%.
 CLAMPED_LOGITS = Check(
     verdict="clamped_logits",
     needs_harm=False,

@@ -11,7 +11,7 @@ for the data, whatever the run's own loop did. A copy that fits them says the op
 capacity, and what held the run back lies in its loop or recipe.
 
 The same copy is a yardstick that knows the model: scored on validation examples it says what this architecture
-reaches on the run's own data in a known-good loop (`capacity_val_score`). The outcome gate (analysis/rules.py)
+reaches on the run's own data in a known-good loop (`capacity_val_score`). The outcome gate (analysis/outcome_gate.py)
 holds the run against the better of it and the quick references (harness/reference.py), which know nothing of
 the model: a broken run of a strong model can still beat a ridge classifier.
 """
