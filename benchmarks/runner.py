@@ -49,8 +49,8 @@ def run_recipe(recipe: Path, seed: int, **labels) -> dict:
     import numpy as np
     import torch
 
-    from doctor.core import CannotJudge
     from doctor.recipe import load, run
+    from doctor.refusals import CannotJudge
 
     folder = recipe.resolve().parent
     for name, module in list(sys.modules.items()):

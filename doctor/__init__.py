@@ -10,10 +10,13 @@ is still being imported in one line (doctor/__main__.py), and `import doctor.mac
 import importlib
 
 _HOMES = {
-    **dict.fromkeys(
-        ("CannotJudge", "Doctor", "Observed", "Report", "UnsupportedTask", "diagnose", "probe"), "doctor.core"
-    ),
+    **dict.fromkeys(("CannotJudge", "UnsupportedTask"), "doctor.refusals"),
     **dict.fromkeys(("Check", "Checklist"), "doctor.machine"),
+    "Doctor": "doctor.watch",
+    "Observed": "doctor.observed",
+    "Report": "doctor.report",
+    "diagnose": "doctor.diagnosis",
+    "probe": "doctor.probe_loop",
 }
 __all__ = sorted(_HOMES)
 

@@ -40,9 +40,9 @@ from types import TracebackType
 
 STARTING = "error: interrupted (Ctrl-C) while the doctor started: nothing to report"
 try:  # torch and the doctor take a second or more to import: a Ctrl-C then is one line too, not a traceback
-    from doctor.core import CannotJudge, Interrupted
     from doctor.recipe import __doc__ as RECIPE_HELP
     from doctor.recipe import load, run
+    from doctor.refusals import CannotJudge, Interrupted
 except KeyboardInterrupt:
     print(STARTING, file=sys.stderr)
     sys.exit(130)

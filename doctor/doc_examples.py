@@ -37,7 +37,9 @@ from pathlib import Path
 
 from analysis.rules import load_thresholds
 from doctor import machine, observed_io
-from doctor.core import Doctor, Observed, diagnose
+from doctor.diagnosis import diagnose
+from doctor.observed import Observed
+from doctor.watch import Doctor
 
 KIND = "doctor-reports"  # the generated blocks this module fills
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from analysis.rules import HEALTHY, UNEXPLAINED
 from harness.targets import CLASS_TASKS
 
 if TYPE_CHECKING:
-    from doctor.core import Observed
+    from doctor.observed import Observed
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def device_study_line(folder: Path = DEVICE_STUDY) -> str:
 
 
 def bigger_machine(observed: "Observed", verdict: str, starved_threshold: float) -> Checklist:
-    """The checklist of one finished run (doctor.core.Observed) whose verdict is `verdict`.
+    """The checklist of one finished run (doctor.observed.Observed) whose verdict is `verdict`.
 
     `starved_threshold` is the rules' data-wait threshold (the loader check reads the same feature).
     """

@@ -2,7 +2,7 @@
 
 The watch that finds the first non-finite loss and what was non-finite first is a collector of the instruments
 (harness/instruments/nonfinite.py; the doctor turns it on). The check, its sentence and what to look at for each
-origin are in analysis/checks/numerics.py. This module puts the two together for the report (doctor/core.py).
+origin are in analysis/checks/numerics.py. This module puts the two together for the report (doctor/diagnosis.py).
 """
 
 import math

@@ -1,6 +1,6 @@
 """A finished run (`Observed`) as JSON and back, so that it can be judged again later without training again.
 
-`diagnose(observed, thresholds)` reads only an `Observed` (doctor/core.py), so a run kept this way gives the
+`diagnose(observed, thresholds)` reads only an `Observed` (doctor/observed.py), so a run kept this way gives the
 report the run itself would give under any thresholds. docs/examples/*.observed.json are such runs: `make docs`
 renders the report texts shown in docs/doctor.md from them with the committed thresholds (doctor/doc_examples.py).
 
@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from doctor.core import Observed
+from doctor.observed import Observed
 
 TUPLE = "__tuple__"  # {"__tuple__": [...]}: JSON has lists only, and a tuple must come back a tuple
 

@@ -29,7 +29,7 @@ cuts the probe loop or train()'s loop short wherever it iterates the doctor (doc
 fit, each rate) to at most N steps: the benchmarks' tests run every program so, to check that it runs, not what
 the fits find.
 Ctrl-C during the probe loop or train() ends it with the report of the steps so far, saying it was interrupted;
-before the first training step it raises `Interrupted` (doctor/core.py).
+before the first training step it raises `Interrupted` (doctor/refusals.py).
 
 The report points each finding at the recipe's lines its next step is about ("where: recipe.py:12: ..."): the
 optimizer's for a rate, the model's for an activation or a layer, the loss's, the batches' for the data, and
@@ -45,7 +45,11 @@ from pathlib import Path
 from types import ModuleType
 
 from analysis import checks
-from doctor.core import CannotJudge, Doctor, Report, check_budgets, checked_limit, final_report, probe, stopped_by_user
+from doctor.options import check_budgets, checked_limit
+from doctor.probe_loop import final_report, probe, stopped_by_user
+from doctor.refusals import CannotJudge
+from doctor.report import Report
+from doctor.watch import Doctor
 from harness.instruments.memorization import CAPACITY_STEPS, MEMORIZE_STEPS
 
 REQUIRED = ("model", "batches", "loss", "optimizer")

@@ -10,7 +10,8 @@ from types import MappingProxyType
 import pytest
 from hand_records import record
 
-from doctor.core import Observed, diagnose
+from doctor.diagnosis import diagnose
+from doctor.observed import Observed
 
 # What a finished run measured: a healthy hand-made record (tests/hand_records.py), on the CPU.
 HEALTHY = {**record().to_dict(), "task": "multiclass", "nonfinite_losses": 0, "train_loss_curve": [2.3, 1.0, 0.1]}

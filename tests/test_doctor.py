@@ -364,8 +364,8 @@ def test_a_run_with_warnings_only_is_healthy_and_exits_0(tmp_path):
 
 def test_a_report_lists_its_warnings_under_the_verdict_and_counts_them():
     from analysis.rules import WARNING, Finding
-    from doctor.core import Report
     from doctor.machine import Checklist
+    from doctor.report import Report
 
     findings = [
         Finding("healthy", "no failing finding (2 warnings)", "nothing to fix in what the checks measure", math.nan),
@@ -384,9 +384,9 @@ def test_a_report_lists_its_warnings_under_the_verdict_and_counts_them():
 
 def test_each_verdict_points_at_the_recipe_lines_its_next_step_is_about(tmp_path):
     from analysis.rules import RULES, Finding
-    from doctor.core import Report
     from doctor.machine import Checklist
     from doctor.recipe import PARTS, places
+    from doctor.report import Report
 
     assert {rule.verdict for rule in RULES} <= set(PARTS)
     recipe = tmp_path / "recipe.py"
@@ -478,7 +478,7 @@ def test_three_lines_without_validation_or_factory_still_report():
 def test_asking_for_measurements_never_ends_the_watch_finish_does_and_diagnose_is_pure():
     import dataclasses
 
-    from doctor.core import diagnose
+    from doctor.diagnosis import diagnose
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))

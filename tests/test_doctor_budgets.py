@@ -24,7 +24,8 @@ from test_doctor_bad_input import write as write_recipe
 from torch import nn
 
 from doctor import Doctor
-from doctor.core import Interrupted, probe
+from doctor.probe_loop import probe
+from doctor.refusals import Interrupted
 
 # The recipe of tests/test_doctor_bad_input.py without its validation(): a run of 30 probe steps.
 BASE = BAD_INPUT_BASE[: BAD_INPUT_BASE.index("\n\ndef validation():")] + "\n"

@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torchrun import launch
 
 from doctor import distributed
-from doctor.core import Observed, diagnose
+from doctor.diagnosis import diagnose
+from doctor.observed import Observed
 from doctor.observed_io import from_plain, to_plain
 from harness.instruments.ranks import LATEST, RankWatch, keep, sampled, sampler_of
 

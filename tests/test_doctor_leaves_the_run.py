@@ -4,7 +4,7 @@ Iterating a DataLoader draws its seed from torch's default generator, shuffled o
 of the user's validation DataLoader (before the first step) moved every step after, and the fresh models it fits
 at the report (dropout in training mode) moved whatever the user's code drew after report(). The first import of
 scikit-learn (the quick references, at the report) draws from Python's `random` as it loads. Every random stream
-is put back now (doctor/core.py: streams_kept): torch's, numpy's global one and Python's.
+is put back now (doctor/random_streams.py: streams_kept): torch's, numpy's global one and Python's.
 
 Each loop below draws from all three in its steps (dropout, a numpy and a `random` augmentation) and after the
 report, and is compared to the bit with and without the doctor: a plain loop, Lightning and the Hugging Face Trainer,

@@ -13,7 +13,7 @@ from torch import nn
 
 from analysis.features import features
 from analysis.rules import diagnose
-from doctor.core import probe
+from doctor.probe_loop import probe
 
 N = 512
 

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from doctor import Doctor
-from doctor.core import probe
+from doctor.probe_loop import probe
 from harness.targets import Scorer, identify_loss, in_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")

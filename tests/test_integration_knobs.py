@@ -7,8 +7,8 @@ import pytest
 
 from analysis.checks import CHECKS
 from analysis.checks.base import Finding
-from doctor.core import Report
 from doctor.integrations import knobs, with_knobs
+from doctor.report import Report
 
 VERDICTS = {check.verdict for check in CHECKS}
 

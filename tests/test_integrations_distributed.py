@@ -163,8 +163,8 @@ def test_a_rank_whose_doctor_gave_up_still_meets_the_gather_and_the_others_repor
 
 def test_a_doctor_let_go_takes_its_ranks_hooks_off_too():
     """A doctor that gave up stops measuring on every step: the rank's own readings' hooks come off with the rest."""
-    from doctor.core import Doctor
     from doctor.integrations import let_go
+    from doctor.watch import Doctor
 
     torch.manual_seed(0)
     net = nn.Linear(4, 3)

@@ -12,7 +12,7 @@ from torch import nn
 
 from analysis.rules import load_thresholds
 from doctor import Doctor, diagnose, observed_io
-from doctor.core import Observed
+from doctor.observed import Observed
 from harness.instruments.nonfinite import Origin
 
 

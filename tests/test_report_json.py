@@ -18,7 +18,7 @@ from analysis.checks.numerics import CHECKS as FACTS
 from analysis.features import FEATURES
 from analysis.rules import HEALTHY, UNEXPLAINED, VERDICTS, load_thresholds
 from doctor.__main__ import main
-from doctor.core import MARGIN_UNIT, SCHEMA_VERSION
+from doctor.report import MARGIN_UNIT, SCHEMA_VERSION
 
 SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)

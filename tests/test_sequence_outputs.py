@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from doctor import Doctor
-from doctor.core import UnsupportedTask
+from doctor.refusals import UnsupportedTask
 from harness.targets import PositionLoss, Scorer, identify_loss, read_task, task_of
 from harness.text import read_files
 

@@ -121,8 +121,8 @@ class KeepDoctor(TrainerCallback):
 
 
 def train(Doctor):
-    from doctor.core import CannotJudge
     from doctor.integrations.huggingface import DoctorTrainerCallback
+    from doctor.refusals import CannotJudge
 
     # The quick start's callback with the held-out lines as validation; no model_factory (see the docstring).
     watching = DoctorTrainerCallback(validation=getattr(Doctor, "keywords", {}).get("validation"))

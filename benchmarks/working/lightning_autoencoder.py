@@ -97,8 +97,8 @@ class KeepDoctor(L.Callback):
 
 
 def train(Doctor):
-    from doctor.core import CannotJudge
     from doctor.integrations.lightning import DoctorCallback
+    from doctor.refusals import CannotJudge
 
     # model_factory=, inputs= and targets= (INPUTS, TARGETS); no validation: the original scores nothing held out
     watching = DoctorCallback(loss, **getattr(Doctor, "keywords", {}))

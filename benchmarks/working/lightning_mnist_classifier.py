@@ -113,8 +113,8 @@ class KeepDoctor(L.Callback):
 
 
 def train(Doctor):
-    from doctor.core import CannotJudge
     from doctor.integrations.lightning import DoctorCallback
+    from doctor.refusals import CannotJudge
 
     watching = DoctorCallback(loss, **getattr(Doctor, "keywords", {}))  # validation= and model_factory=
     keep = KeepDoctor(watching)

@@ -3,7 +3,7 @@
     from doctor.integrations.lightning import DoctorCallback             # imports lightning
     from doctor.integrations.huggingface import DoctorTrainerCallback    # imports transformers
 
-Each callback builds a Doctor (doctor/core.py) when training starts, feeds it each training batch and each
+Each callback builds a Doctor (doctor/watch.py) when training starts, feeds it each training batch and each
 backward pass through the framework's hooks, and at the end of training computes the report, keeps it and logs
 one line under the logger "doctor": the verdict and how to see the report (print(callback.report)), so that a
 user who prints it sees it once. This module holds what the two share and imports neither library, so that the
@@ -35,7 +35,12 @@ from torch import nn
 
 from analysis.checks import CHECKS
 from doctor import distributed
-from doctor.core import CannotJudge, Doctor, Observed, Report, diagnose, only_shifted_reproduces
+from doctor.diagnosis import diagnose
+from doctor.observed import Observed
+from doctor.refusals import CannotJudge
+from doctor.report import Report
+from doctor.task_reading import only_shifted_reproduces
+from doctor.watch import Doctor
 from harness.targets import INDEX_TASKS, in_classes, task_of
 
 LOG = logging.getLogger("doctor")

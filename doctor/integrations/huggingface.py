@@ -22,7 +22,7 @@ to pass loss_fn; a loss the Trainer has the model divide over an accumulation gr
 log says the loss was not checked). The doctor uses it to evaluate `validation` and the last training batches, to
 memorize, and as the training loss where the model returns none of its own. A language model's or a tagger's
 (batch, time, V) logits against (batch, time) labels are the sequence task; a causal language model, which shifts
-its labels itself, is read so from its own loss on the first batch (doctor/core.py: causal_shift), and padding
+its labels itself, is read so from its own loss on the first batch (doctor/task_reading.py: causal_shift), and padding
 its labels do not leave out is padding_in_loss (counted by harness/instruments/padding.py, judged by the check in
 analysis/checks/language.py).
 
@@ -58,8 +58,9 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from doctor.core import CannotJudge, Doctor
 from doctor.integrations import LOG, Outcome, knobs
+from doctor.refusals import CannotJudge
+from doctor.watch import Doctor
 from harness.torch_private import queue_after_backward
 
 # What the Trainer adds to model(**batch) that is not the batch (it passes it to models whose forward takes

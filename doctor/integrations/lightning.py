@@ -6,7 +6,7 @@
     print(doctor.report)            # the verdict alone is logged under the logger "doctor" when fit ends
     doctor.report_dict()            # the same as a JSON-ready dict
 
-The callback builds a Doctor (doctor/core.py) around the LightningModule and the trainer's optimizer when fit
+The callback builds a Doctor (doctor/watch.py) around the LightningModule and the trainer's optimizer when fit
 starts, shows it each training batch (on_train_batch_start) and each backward pass (on_after_backward, with the
 loss on_before_backward saw), and computes the report when fit ends. The LightningModule's forward must return
 the output the loss reads, and training_step must call it (self(x), not self.net(x)): the doctor calls the
@@ -15,7 +15,7 @@ its forward hooks sit on the module. `loss_fn(output, targets)`, if given, must 
 does; without it the doctor evaluates with the loss the targets imply, once it has reproduced training_step's loss
 on the first batch's output (else it gives up on the run in one line that says to pass loss_fn). A module wrapping
 a Hugging Face causal language model gets the causal shift read from the model's own loss when its forward takes
-the labels and returns the model's output (doctor/core.py: causal_shift).
+the labels and returns the model's output (doctor/task_reading.py: causal_shift).
 
 With precision="16-mixed" the precision plugin's GradScaler is handed to the doctor, which then reads gradients
 unscaled. Lightning's own loss normalization (divided by accumulate_grad_batches) and the scaler's scale are
@@ -50,8 +50,9 @@ try:
 except ImportError:  # the package's older name
     from pytorch_lightning import Callback
 
-from doctor.core import CannotJudge, Doctor
 from doctor.integrations import LOG, Outcome, knobs
+from doctor.refusals import CannotJudge
+from doctor.watch import Doctor
 from harness.torch_private import grad_scaler_scale
 
 
