@@ -53,7 +53,7 @@ THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
 # The fitted checks, in order (analysis/checks/: one module per family of checks, one object per check).
 RULES: list[Rule] = FITTED
 # The facts the grid judges too, on its records' columns, ahead of the fitted rules (padding_in_loss); the numeric
-# facts read the doctor's own watch and are judged by the doctor alone (doctor/core.py judges every fact itself).
+# facts read the doctor's own watch and are judged by the doctor alone (doctor/diagnosis.py judges every fact itself).
 GRID_FACTS: list[Check] = [check for check in CHECKS if not check.fitted and check.in_grid]
 VERDICTS = {rule.verdict: rule for rule in RULES}
 

@@ -163,7 +163,7 @@ class AfterTheLoop:
         The unigram and bigram counts' validation losses, on a next-token run (harness/text.py): counted on the
         (previous token, next token) pairs of the last training sequences the doctor kept (COUNTED_SEQUENCES of
         them), scored on every validation batch's: the yardstick the grid's language models are held against
-        (analysis/rules.py: the outcome gate), from the user's own tokens. NaN where the doctor cannot run its own
+        (analysis/outcome_gate.py), from the user's own tokens. NaN where the doctor cannot run its own
         evaluation, or where the task is not next-token prediction.
         """
         found = {"baseline_val_acc": math.nan, **NO_TOKEN_COUNTS}

@@ -338,7 +338,7 @@ def _grad_norm_panel(ax, m: Mapping) -> None:
 
 # ----- 3. the update-to-weight ratio against the rules that read it -----------------------------------------------
 def _loss_left(m: Mapping) -> float:
-    """The share of the first loss left at the end, in [0, 1], as analysis.features._steps_without_progress has it."""
+    """The share of the first loss left at the end, in [0, 1], as analysis.loss_curves.steps_without_progress has it."""
     first, final = _floats([m.get("first_loss"), m.get("final_train_loss")])
     left = final / first if math.isfinite(final) and math.isfinite(first) and first > 0 else 1.0
     return min(max(left, 0.0), 1.0)

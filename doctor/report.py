@@ -153,9 +153,9 @@ class Report:
     def clean_copy_line(self) -> str | None:
         """The clean copy of the model against the run, in accuracy (None where no copy was scored on validation).
 
-        Said, not judged: healthy recipes do not all reach a full-batch Adam fit (analysis/rules.py: OutcomeGate), so
-        a run short of its copy is a reading to look at, not a verdict, unless the thresholds give the copy a
-        tolerance.
+        Said, not judged: healthy recipes do not all reach a full-batch Adam fit (analysis/outcome_gate.py:
+        OutcomeGate), so a run short of its copy is a reading to look at, not a verdict, unless the thresholds give
+        the copy a tolerance.
         """
         if math.isnan(float(self.features.get("copy_skill", math.nan))):
             return None

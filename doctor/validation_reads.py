@@ -1,9 +1,9 @@
 """The doctor's reads of validation while the run trains: when, and at what cost.
 
 Whether a run that stopped was still learning is read on its own terms: on validation where the doctor read it
-often enough late in the run, else on the training loss (analysis/features.py: late_val_fall_z, late_fall_z;
-analysis/rules.py: OutcomeGate.still_learning). A training loss that still falls on a run whose validation loss has
-flattened says "train longer" where longer training would not help.
+often enough late in the run, else on the training loss (analysis/loss_curves.py: late_val_fall_z, late_fall_z;
+analysis/outcome_gate.py: OutcomeGate.still_learning). A training loss that still falls on a run whose validation
+loss has flattened says "train longer" where longer training would not help.
 
 Each read is a whole pass over the validation, so the reads thin out as the run grows: never within `MIN_GAP`
 steps of the last one, nor within the steps so far over `PER_RUN` (so about PER_RUN x ln(4/3), 9, in any run's last

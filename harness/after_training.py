@@ -5,8 +5,8 @@ memorization (can a fresh model fit a handful of training examples?), the capaci
 can it fit in a clean loop?), both in harness/instruments/memorization.py, the quick references (what simple
 models reach on the same examples, harness/reference.py) and the leak readings (one column, or validation copies of
 training examples, that predict the label far better than the rest: harness/leak.py). The cell (harness/cell.py) and
-the doctor (doctor/core.py) differ only in which examples they hand over and how long the probes train (`Probes`); what
-they hand over as None is recorded as not measured.
+the doctor (doctor/after_the_loop.py) differ only in which examples they hand over and how long the probes train
+(`Probes`); what they hand over as None is recorded as not measured.
 
 `run_record` is the one place a run's measurements become one record, for both: the instruments' columns, the final
 scores, the end-of-run columns and the task's size. `assemble` merges such groups of columns, and a column two groups

@@ -197,8 +197,8 @@ def in_classes(labels: torch.Tensor, n_classes: int | None = None) -> torch.Tens
     """Per class index: whether it names one of the `n_classes` classes (any class >= 0 when None).
 
     Labels outside [0, C) are the ones a loss ignores (its ignore_index: -100 by default, -1 or 255 as padding):
-    the doctor refuses them at the first batch unless the loss ignores them (doctor/core.py), and every count and
-    score here leaves them out rather than crashing on them or counting them as a class.
+    the doctor refuses them at the first batch unless the loss ignores them (doctor/task_reading.py), and every count
+    and score here leaves them out rather than crashing on them or counting them as a class.
     """
     valid = labels >= 0
     return valid & (labels < n_classes) if n_classes is not None else valid

@@ -1,7 +1,7 @@
 """Non-finite values: a collector that finds the first NaN or inf training loss, and what was non-finite first.
 
 The doctor turns it on (Instruments(watch_nonfinite=True)): any NaN or inf training loss is a finding of its own,
-`nonfinite_loss` (analysis/checks/numerics.py, judged in doctor/core.py), ahead of every fitted rule. It declares
+`nonfinite_loss` (analysis/checks/numerics.py, judged in doctor/diagnosis.py), ahead of every fitted rule. It declares
 no record column: what it finds is `origin`, an `Origin`. The grid's cells leave it off.
 
 It never reads a value back to the host between census steps (a read waits for the device: a sync). Each step

@@ -16,7 +16,7 @@ that ignores the pad label itself scores no padding: its `ignore_index` is read 
 the labels padding carries are tried on it (`ignored_by`) when the report is made.
 
 `Padding` is the collector: the grid's cells give it their dataset's pad id; the doctor hands it the watch it
-builds once the first batch shows a sequence task (doctor/core.py). The sums stay on the batch's device until the
+builds once the first batch shows a sequence task (doctor/watch.py). The sums stay on the batch's device until the
 columns are read at the end, so the count adds no host read to a training step. What the counts mean as a finding
 is the check `padding_in_loss` (analysis/checks/language.py).
 """

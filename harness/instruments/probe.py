@@ -7,7 +7,7 @@ too: inputs far from unit scale (unstandardized features) are a fault of their o
 
 Inputs with no floating-point values (uint8 pixels, integer features) are cast inside the model's forward: their
 scale is the one the model's first layer sees, read by `first_layer_input` on a forward of the first batch (the
-doctor's, at its first batch: doctor/core.py) and handed over with `scale_seen_by_model`. Token ids into an
+doctor's, at its first batch: doctor/watch.py) and handed over with `scale_seen_by_model`. Token ids into an
 embedding have no scale: the RMS stays NaN. The grid's inputs are floating point, so its records never take this
 path.
 """
