@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from analysis.declarations.naive import NAIVE_FEATURES_LIST
 from analysis.features import FEATURES_LIST
 from analysis.rules import RULES, fitted_budgets, rules_table
-from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
+from harness.columns import ALONG_THE_RUN, CHECKPOINT_COLUMNS, DECLARED_IN
 from harness.records import SCHEMA, SCHEMA_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,9 @@ def records_page() -> str:
         " start](../README.md#quick-start)). Each column is declared by the module that produces it; a column kept"
         " per step budget (a snapshot of the run as if it had stopped at 50, 100, 200 or 400 steps, `loop.budgets`:"
         " [grid.md](grid.md#what-every-cell-measures)) is also measured at every step budget reached, into"
-        " `checkpoints`. Words with a meaning of their own here (census, quick references): [terms.md](terms.md).",
+        " `checkpoints`; a list laid along the run (its declaration's `along`: every step, steps, or the steps of"
+        " another column) is cut at the budget by `analysis.features.at_budget`, whatever reads it. Words with a"
+        " meaning of their own here (census, quick references): [terms.md](terms.md).",
         "",
         "| column | type | meaning | per step budget | declared in |",
         "|---|---|---|---|---|",
@@ -176,7 +178,8 @@ def records_page() -> str:
     for field in SCHEMA:
         doc = (field.metadata or {}).get(b"doc", b"").decode()
         where = DECLARED_IN.get(field.name, "harness/records.py")  # only `checkpoints` is the schema's own
-        budget = "yes" if field.name in kept else ""
+        along = ALONG_THE_RUN.get(field.name)
+        budget = "yes" if field.name in kept else f"cut there ({along})" if along else ""
         text.append(f"| `{field.name}` | {_cell(field.type)} | {_cell(doc)} | {budget} | {_cell(where)} |")
     return "\n".join(text) + "\n"
 

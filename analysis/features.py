@@ -33,7 +33,8 @@ from analysis.declarations import (
 )
 from analysis.feature import column
 from analysis.yardsticks import too_few_in_class
-from harness.columns import CHECKPOINT_COLUMNS, DECLARED_IN
+from harness.column import BATCH_INDICES, EVERY_STEP, STEPS_DONE
+from harness.columns import ALONG_THE_RUN, CHECKPOINT_COLUMNS, DECLARED_IN
 
 if TYPE_CHECKING:  # pandas is loaded where a table is built, so judging one run (the doctor) never loads it
     import pandas as pd
@@ -194,7 +195,8 @@ def _list(value) -> list:
 def at_budget(records: "pd.DataFrame", steps: int) -> "pd.DataFrame":
     """The records as they were after `steps` training steps: records that never got there are left out.
 
-    The snapshot's measurements replace the record's own, and the curves are cut at that step.
+    The snapshot's measurements replace the record's own (the columns declared per_budget), and every list laid
+    along the run is cut at that step by its declaration (harness/columns.py: ALONG_THE_RUN), whatever reads it.
     """
     import pandas as pd
 
@@ -204,13 +206,25 @@ def at_budget(records: "pd.DataFrame", steps: int) -> "pd.DataFrame":
         if snapshot is None:
             continue
         cut = {**record, **{k: snapshot[k] for k in CHECKPOINT_COLUMNS if k in snapshot}}
-        val_steps = _list(record.get("val_steps"))
-        keep = [i for i, s in enumerate(val_steps) if s <= steps]
-        for curve in ("val_loss_curve", "val_acc_curve"):
-            values = _list(record.get(curve))
-            cut[curve] = [values[i] for i in keep if i < len(values)]
-        cut["val_steps"] = [val_steps[i] for i in keep]
-        cut["train_loss_curve"] = _list(record.get("train_loss_curve"))[:steps]
+        cut.update(cut_along_the_run(record, steps))
         rows.append(cut)
         index.append(key)
     return pd.DataFrame(rows, index=index, columns=records.columns)
+
+
+def cut_along_the_run(record: Mapping, steps: int) -> dict[str, list]:
+    """Every list of the record laid along the run (of the columns it has), as it stood after `steps` steps."""
+    within = {BATCH_INDICES: lambda s: s < steps, STEPS_DONE: lambda s: s <= steps}  # 0-based batches; steps done
+    cut = {}
+    for name, along in ALONG_THE_RUN.items():
+        if name not in record:
+            continue
+        values = _list(record.get(name))
+        if along == EVERY_STEP:
+            cut[name] = values[:steps]
+        elif along in within:
+            cut[name] = [s for s in values if within[along](s)]
+        else:  # one value at each step of the column named: kept where that step is
+            kept = [within[ALONG_THE_RUN[along]](s) for s in _list(record.get(along))]
+            cut[name] = [value for value, keep in zip(values, kept, strict=False) if keep]
+    return cut

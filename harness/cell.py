@@ -31,7 +31,7 @@ from torch import nn
 from harness.after_training import SCORE_COLUMNS, Probes, assemble, run_record
 from harness.after_training import end_of_run as end_of_run_columns
 from harness.checks import LOSS_NAMES, TARGET_ENCODINGS
-from harness.column import F64, I64, STR, TIMESTAMP, Column, list_of
+from harness.column import F64, I64, NOT_ALONG_THE_RUN, STR, TIMESTAMP, Column, list_of
 from harness.data import RelativeStall, Splits, load_splits, training_batches
 from harness.evaluation import evaluate
 from harness.instruments import Instruments, NoInstruments
@@ -49,13 +49,18 @@ COLUMNS = (
         "readable key plus a hash of the recipe's group options and its difference from their healthy defaults",
     ),
     Column("fault", STR, "the condition planted, as a label: its conf/fault/ option name (names joined by + for two)"),
-    Column("faults", list_of(STR), "the conf/fault/ options planted: one, or two at once"),
+    Column("faults", list_of(STR), "the conf/fault/ options planted: one, or two at once", along=NOT_ALONG_THE_RUN),
     Column(
         "diagnosis",
         STR,
         "the verdict the rules should give when one fault is planted (null for two); scoring only",
     ),
-    Column("verdicts", list_of(STR), "the verdicts that should name the planted faults, one per fault; scoring only"),
+    Column(
+        "verdicts",
+        list_of(STR),
+        "the verdicts that should name the planted faults, one per fault; scoring only",
+        along=NOT_ALONG_THE_RUN,
+    ),
     Column("severity", STR, "size of the planted fault: mild, planted or extreme (none for the healthy controls)"),
     Column("dataset", STR, "conf/dataset/ option name"),
     Column("model", STR, "conf/model/ option name"),

@@ -11,6 +11,14 @@ torch or pyarrow. A kind is one of KINDS, or `list_of(kind)`; harness/records.py
 from dataclasses import dataclass
 
 F64, I64, I32, STR, BOOL = "float64", "int64", "int32", "string", "bool"
+# What a list column is laid along, so that the record can be cut at a step budget as if the run had stopped there
+# (analysis/features.py: at_budget) by its declaration alone:
+EVERY_STEP = "every step"  # one value per training step, in order: the first N are the run at N steps
+BATCH_INDICES = "batch indices"  # its values are 0-based batch indices: those below N happened within N steps
+STEPS_DONE = "steps done"  # its values count the steps done (0 = before training): those up to N
+NOT_ALONG_THE_RUN = "not along the run"  # per parameter, per rate, per data size: a budget cannot cut it
+# or the name of a column of BATCH_INDICES or STEPS_DONE: one value at each of those steps, cut with it
+ALONG = (EVERY_STEP, BATCH_INDICES, STEPS_DONE, NOT_ALONG_THE_RUN)
 TIMESTAMP = "timestamp[us, UTC]"  # when a cell started
 KINDS = (F64, I64, I32, STR, BOOL, TIMESTAMP)
 
@@ -39,6 +47,9 @@ class Column:
     # Taken again at every step budget (loop.budgets), as if the run had stopped there, into the record's
     # `checkpoints`; only a scalar a collector's snapshot returns (or the final scores) can be.
     per_budget: bool = False
+    # A list's layout along the run: one of ALONG, or the name of the column holding the step of each value. Every
+    # list says, so that no curve is read at its end-of-run length when the rules are fitted at a shorter budget.
+    along: str | None = None
 
     def __post_init__(self):
         # At the declaring module's import: a kind pyarrow has no type for must not wait for the first record.
@@ -46,3 +57,10 @@ class Column:
             raise ValueError(
                 f"column {self.name!r} has an unknown kind {self.kind!r}; known: {', '.join(KINDS)}, or list_of(one)"
             )
+        if self.kind.startswith("list<") and not self.along:
+            raise ValueError(
+                f"list column {self.name!r} must say what it is laid along (along=): {', '.join(ALONG)}, or the name"
+                " of the column holding the step of each value"
+            )
+        if self.along and not self.kind.startswith("list<"):
+            raise ValueError(f"column {self.name!r} is no list: only a list is laid along the run (along=)")

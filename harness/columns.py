@@ -4,7 +4,7 @@ Every column is declared once, as a `Column` (harness/column.py: name, kind, mea
 keeps it), by the module that produces it: each collector of harness/instruments/ in its class attribute `COLUMNS`;
 harness/cell.py the cell's identity, run and data sizes; harness/reference.py, harness/timing.py and
 harness/instruments/memorization.py their end-of-run measurements; harness/after_training.py the class count, the
-uninformed loss and the final scores, which it sets for both harness/cell.py and the doctor (doctor/core.py).
+uninformed loss and the final scores, which it sets for both harness/cell.py and the doctor (doctor/after_the_loop.py).
 
 The declarations are read from the modules' source, not imported: importing a collector imports torch, and the
 sweep's own process, which compares every record folder it scans with the schema, never imports torch
@@ -15,7 +15,7 @@ whose declarations are not laid out as ruff formats them is parsed whole), which
 declaring one name fail here, at import, naming the column.
 
 harness/records.py turns the table into the pyarrow schema; analysis/docs.py into docs/records.md; the rules'
-features (analysis/features.py) read NAMES and CHECKPOINT_COLUMNS. The schema's id is a fingerprint of these
+features (analysis/feature.py) read NAMES and CHECKPOINT_COLUMNS. The schema's id is a fingerprint of these
 declarations (harness/records.py: SCHEMA_ID), so a column declared or changed makes a new schema by itself.
 """
 
@@ -25,7 +25,21 @@ import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
-from harness.column import BOOL, F64, I32, I64, KINDS, STR, TIMESTAMP, Column, list_of
+from harness.column import (
+    BATCH_INDICES,
+    BOOL,
+    EVERY_STEP,
+    F64,
+    I32,
+    I64,
+    KINDS,
+    NOT_ALONG_THE_RUN,
+    STEPS_DONE,
+    STR,
+    TIMESTAMP,
+    Column,
+    list_of,
+)
 
 __all__ = [
     "BOOL",
@@ -51,6 +65,8 @@ HARNESS = READER.parent
 # All a declaration may name: it is evaluated without its module's imports.
 _DECLARATION_NAMES = {"Column": Column, "list_of": list_of, "F64": F64, "I64": I64, "I32": I32, "STR": STR}
 _DECLARATION_NAMES |= {"BOOL": BOOL, "TIMESTAMP": TIMESTAMP}
+_DECLARATION_NAMES |= {"EVERY_STEP": EVERY_STEP, "BATCH_INDICES": BATCH_INDICES, "STEPS_DONE": STEPS_DONE}
+_DECLARATION_NAMES |= {"NOT_ALONG_THE_RUN": NOT_ALONG_THE_RUN}
 
 
 class Declaration(NamedTuple):
@@ -166,3 +182,27 @@ NAMES = {column.name for column in DECLARED}
 # The measurements that move as a run goes on (declared per_budget), taken again at every step budget (loop.budgets)
 # as if the run had stopped there; the record's own columns of these names are the snapshot at the run's end.
 CHECKPOINT_COLUMNS = [column.name for column in DECLARED if column.per_budget]
+
+
+def along_the_run(declared: list[Column]) -> dict[str, str]:
+    """Each list laid along the run, with its layout (harness/column.py: ALONG).
+
+    A list laid along another column must name one whose values are steps.
+    """
+    steps = {column.name for column in declared if column.along in (BATCH_INDICES, STEPS_DONE)}
+    found = {}
+    for column in declared:
+        if column.along in (None, NOT_ALONG_THE_RUN):
+            continue
+        if column.along not in (EVERY_STEP, *steps, BATCH_INDICES, STEPS_DONE):
+            raise ValueError(
+                f"column {column.name!r} is laid along {column.along!r}: neither a layout"
+                f" ({EVERY_STEP}, {BATCH_INDICES}, {STEPS_DONE}, {NOT_ALONG_THE_RUN}) nor a column of steps"
+                f" ({', '.join(sorted(steps))})"
+            )
+        found[column.name] = column.along
+    return found
+
+
+# The lists a step budget cuts (analysis/features.py: at_budget), by declaration: every curve, every list of steps.
+ALONG_THE_RUN = along_the_run(DECLARED)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from harness.column import F64, I64, Column, list_of
+from harness.column import F64, I64, NOT_ALONG_THE_RUN, Column, list_of
 
 if TYPE_CHECKING:  # scikit-learn is loaded when a reference is fitted, so `import doctor` does not load it
     from sklearn.linear_model import RidgeClassifier
@@ -68,8 +68,14 @@ COLUMNS = (
         "data_curve_examples",
         list_of(I64),
         "data learning curve: training examples the references were refitted on",
+        along=NOT_ALONG_THE_RUN,
     ),
-    Column("data_curve_val_acc", list_of(F64), "data learning curve: the references' validation accuracy at each size"),
+    Column(
+        "data_curve_val_acc",
+        list_of(F64),
+        "data learning curve: the references' validation accuracy at each size",
+        along=NOT_ALONG_THE_RUN,
+    ),
 )
 
 MAX_FEATURES = 512

@@ -3,9 +3,12 @@
 import math
 
 import pandas as pd
+import pytest
 
 from analysis.early import accuracy_by_budget, lines
 from analysis.features import at_budget, budgets_of
+from harness.column import EVERY_STEP, F64, I64, STEPS_DONE, Column, list_of
+from harness.columns import ALONG_THE_RUN, along_the_run
 from harness.records import CHECKPOINT_COLUMNS, empty_record
 
 
@@ -53,6 +56,34 @@ def test_a_budget_replaces_the_measurements_by_that_steps_snapshot_and_cuts_the_
     assert early.steps == 50 and early.data_wait_s == 0.01 and early.loop_s == 1.01
     assert early.val_steps == [0, 50] and early.val_acc_curve == [0.1, 0.8] and len(early.train_loss_curve) == 50
     assert at_budget(records, 100).empty
+
+
+def test_a_budget_cuts_every_list_laid_along_the_run_by_its_declaration():
+    # The trap: a hand-kept list of curves to cut left a feature on any other curve reading the run's end when the
+    # rules were fitted at 50 steps. Every list declared along the run is cut here, whichever it is.
+    record = cell("digits", 0.01)
+    record |= {"census_steps": [0, 1, 2, 4, 8, 16, 32, 50, 100], "loss_spike_steps": [3, 49, 50, 300]}
+    lengths = {"census_steps": 7, "loss_spike_steps": 2, "val_steps": 2, "train_loss_curve": 50}
+    for name, along in ALONG_THE_RUN.items():
+        if along == "census_steps":
+            record[name] = [float(i) for i in range(9)]
+            lengths[name] = 7
+        elif along == "val_steps":
+            lengths[name] = 2
+    assert set(lengths) == set(ALONG_THE_RUN)  # a list declared along the run since is cut too: add it above
+    early = at_budget(pd.DataFrame([record]), 50).iloc[0]
+    assert {name: len(early[name]) for name in ALONG_THE_RUN} == lengths
+    assert list(early.loss_spike_steps) == [3, 49] and list(early.census_steps)[-1] == 32
+
+
+def test_every_list_column_says_what_it_is_laid_along():
+    with pytest.raises(ValueError, match=r"list column 'throwaway_curve' must say what it is laid along"):
+        Column("throwaway_curve", list_of(F64), "a reading at each step")
+    with pytest.raises(ValueError, match=r"column 'x' is no list"):
+        Column("x", F64, "one reading", along=EVERY_STEP)
+    laid = [Column("steps_read", list_of(I64), "steps", along=STEPS_DONE), Column("at", list_of(F64), "x", along="y")]
+    with pytest.raises(ValueError, match=r"column 'at' is laid along 'y': neither a layout .* nor a column of steps"):
+        along_the_run(laid)
 
 
 def test_rules_are_scored_per_budget_and_dataset():

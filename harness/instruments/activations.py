@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from harness.column import F64, Column, list_of
+from harness.column import F64, NOT_ALONG_THE_RUN, Column, list_of
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.probe import Probe
 from harness.instruments.signals import activation_census
@@ -31,7 +31,7 @@ class Activations(Collector):
             per_budget=True,
         ),
         Column("dead_unit_share", F64, "the same after training", per_budget=True),
-        Column("dead_unit_share_layers", list_of(F64), "after training, per ReLU module"),
+        Column("dead_unit_share_layers", list_of(F64), "after training, per ReLU module", along=NOT_ALONG_THE_RUN),
         Column(
             "saturated_share_init",
             F64,

@@ -12,7 +12,7 @@ import math
 import torch
 
 from harness import torch_private
-from harness.column import BOOL, F64, I64, STR, Column, list_of
+from harness.column import BATCH_INDICES, BOOL, F64, I64, NOT_ALONG_THE_RUN, STR, Column, list_of
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median, read_scalars, zero_counts
 
@@ -21,13 +21,18 @@ class GradientCensus(Collector):
     """One census per census step (harness/instruments/loop.py: `is_census_step`), kept for the record."""
 
     COLUMNS = (
-        Column("census_steps", list_of(I64), "steps at which the census was taken"),
-        Column("param_names", list_of(STR), "parameter tensors, in model order"),
-        Column("grad_norm", list_of(F64), "per parameter: median L2 norm of .grad"),
-        Column("grad_max", list_of(F64), "per parameter: median largest |.grad|"),
-        Column("grad_zero_share", list_of(F64), "per parameter: median share of exact zeros in .grad"),
-        Column("grad_missing", list_of(BOOL), "per parameter: .grad was None at every census"),
-        Column("grad_norm_curve", list_of(F64), "global gradient norm at each census step"),
+        Column("census_steps", list_of(I64), "steps at which the census was taken", along=BATCH_INDICES),
+        Column("param_names", list_of(STR), "parameter tensors, in model order", along=NOT_ALONG_THE_RUN),
+        Column("grad_norm", list_of(F64), "per parameter: median L2 norm of .grad", along=NOT_ALONG_THE_RUN),
+        Column("grad_max", list_of(F64), "per parameter: median largest |.grad|", along=NOT_ALONG_THE_RUN),
+        Column(
+            "grad_zero_share",
+            list_of(F64),
+            "per parameter: median share of exact zeros in .grad",
+            along=NOT_ALONG_THE_RUN,
+        ),
+        Column("grad_missing", list_of(BOOL), "per parameter: .grad was None at every census", along=NOT_ALONG_THE_RUN),
+        Column("grad_norm_curve", list_of(F64), "global gradient norm at each census step", along="census_steps"),
         Column("grad_zero_share_total", F64, "median share of exact zeros over all gradient entries", per_budget=True),
         Column("params_without_grad", I64, "parameter tensors that never got a gradient", per_budget=True),
         Column(
@@ -42,7 +47,7 @@ class GradientCensus(Collector):
             "median |.grad| / |fresh gradient of the same loss| after step 0 (1 = zeroed)",
             per_budget=True,
         ),
-        Column("accumulation_ratio_curve", list_of(F64), "that ratio at each census step"),
+        Column("accumulation_ratio_curve", list_of(F64), "that ratio at each census step", along="census_steps"),
         Column(
             "grad_depth_ratio_init",
             F64,

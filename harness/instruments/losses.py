@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from harness.column import F64, I64, Column, list_of
+from harness.column import BATCH_INDICES, EVERY_STEP, F64, I64, STEPS_DONE, Column, list_of
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import periodicity, spikes
 
@@ -20,15 +20,20 @@ class LossCurves(Collector):
     COLUMNS = (
         Column("steps", I64, "training steps the measurements rest on (backward passes seen)", per_budget=True),
         Column("first_loss", F64, "loss of the first batch, before any update", per_budget=True),
-        Column("train_loss_curve", list_of(F64), "training loss at every step"),
+        Column("train_loss_curve", list_of(F64), "training loss at every step", along=EVERY_STEP),
         Column("nonfinite_losses", I64, "steps whose training loss was NaN or infinite", per_budget=True),
         Column("loss_spikes", I64, "how many steps' loss jumped far out of its recent range", per_budget=True),
-        Column("loss_spike_steps", list_of(I64), "steps (batch indices) whose loss jumped far out of its recent range"),
+        Column(
+            "loss_spike_steps",
+            list_of(I64),
+            "steps (batch indices) whose loss jumped far out of its recent range",
+            along=BATCH_INDICES,
+        ),
         Column("loss_spike_period", F64, "most common gap between consecutive spikes", per_budget=True),
         Column("periodic_spikes", I64, "how many gaps between consecutive spikes equal that period", per_budget=True),
-        Column("val_steps", list_of(I64), "steps at which validation ran (0 = before training)"),
-        Column("val_loss_curve", list_of(F64), "validation loss at val_steps"),
-        Column("val_acc_curve", list_of(F64), "validation accuracy at val_steps"),
+        Column("val_steps", list_of(I64), "steps at which validation ran (0 = before training)", along=STEPS_DONE),
+        Column("val_loss_curve", list_of(F64), "validation loss at val_steps", along="val_steps"),
+        Column("val_acc_curve", list_of(F64), "validation accuracy at val_steps", along="val_steps"),
     )
 
     def __init__(self, loop: Loop):

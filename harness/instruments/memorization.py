@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from harness.batches import tensors
-from harness.column import F64, I64, Column, list_of
+from harness.column import F64, I64, NOT_ALONG_THE_RUN, Column, list_of
 from harness.instruments.signals import plain_forward
 from harness.targets import INDEX_TASKS, Scorer, class_labels, in_classes, task_of
 
@@ -47,8 +47,8 @@ NO_CAPACITY = {
 
 # What `memorize` returns.
 MEMORIZE_COLUMNS = (
-    Column("memorize_rates", list_of(F64), "Adam rates tried on the fresh model"),
-    Column("memorize_losses", list_of(F64), "final loss on the memorized examples, per rate"),
+    Column("memorize_rates", list_of(F64), "Adam rates tried on the fresh model", along=NOT_ALONG_THE_RUN),
+    Column("memorize_losses", list_of(F64), "final loss on the memorized examples, per rate", along=NOT_ALONG_THE_RUN),
     Column("memorize_best_loss", F64, "lowest finite final loss over the rates"),
     Column("memorize_best_rate", F64, "rate that reached it"),
 )

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from harness.column import F64, STR, Column, list_of
+from harness.column import F64, NOT_ALONG_THE_RUN, STR, Column, list_of
 from harness.instruments.census import GradientCensus
 from harness.instruments.loop import Collector, Loop
 from harness.instruments.signals import finite_median, read_scalars
@@ -48,14 +48,24 @@ class UpdateRatios(Collector):
     """Per measured optimizer step, per parameter: the norm of the update over the norm of the weights before it."""
 
     COLUMNS = (
-        Column("update_ratio", list_of(F64), "per parameter: median |step update| / |weight| at census steps"),
+        Column(
+            "update_ratio",
+            list_of(F64),
+            "per parameter: median |step update| / |weight| at census steps",
+            along=NOT_ALONG_THE_RUN,
+        ),
         Column(
             "update_ratio_median",
             F64,
             "median update ratio over weight matrices (all parameters if none) that got gradients",
             per_budget=True,
         ),
-        Column("update_ratio_curve", list_of(F64), "at each census step: the median update ratio over those matrices"),
+        Column(
+            "update_ratio_curve",
+            list_of(F64),
+            "at each census step: the median update ratio over those matrices",
+            along="census_steps",
+        ),
         Column("update_ratio_peak", F64, "largest value of that curve", per_budget=True),
         Column(
             "weight_norm_ratio",
@@ -74,6 +84,7 @@ class UpdateRatios(Collector):
             list_of(STR),
             "parameter tensors that had a gradient at a census step and ended the run bit for bit as at the first"
             " measured step, while other tensors changed",
+            along=NOT_ALONG_THE_RUN,
         ),
         Column("unchanged_param_count", F64, "how many tensors unchanged_params names (NaN: not read)"),
     )
