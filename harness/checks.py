@@ -13,12 +13,15 @@ No torch here: the sweep's parent process runs these checks and never imports to
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+CONF = Path(__file__).resolve().parent.parent / "conf"
 BATCH_KINDS = ("indexed", "dataloader")
 BATCH_ORDERS = ("shuffled", "fixed", "class_sorted")  # the order examples are fed in (harness/data.py)
 OUTPUTS = (
@@ -77,73 +80,104 @@ SEED_MAX = 2**32 - 1
 _BOOL = ((lambda v: isinstance(v, bool)), "true or false")
 _POSITIVE = ((lambda v: _number(v) and v > 0), "a finite number > 0")
 _NON_NEGATIVE = ((lambda v: _number(v) and v >= 0), "a finite number >= 0")
-_POSITIVE_INTS = ((lambda v: isinstance(v, list) and all(_integer(i) and i >= 1 for i in v)), "a list of integers >= 1")
 
-# Every numeric or boolean knob of conf/config.yaml (and the model knobs every family shares), with what is valid.
-# A key a recipe does not have (a model family without `dropout`) is not checked.
-KNOBS: dict[str, tuple[Callable, str]] = {
-    "seed": ((lambda v: _integer(v) and 0 <= v <= SEED_MAX), f"an integer from 0 to {SEED_MAX} (numpy's seed range)"),
-    "data.val_fraction": _between(0, 1, True, True),
-    "data.standardize": _BOOL,
-    "data.input_scale": _POSITIVE,
-    "data.shuffle_labels": _BOOL,
-    "data.label_shift": (_integer, "an integer"),
-    "data.label_noise": _between(0, 1, False, False),
-    "data.train_share": _between(0, 1, True, False),
-    "data.minority_share": _between(0, 1, True, False),
-    "data.batch_size": _int_at_least(1),
-    "data.batches": ((lambda v: v in BATCH_KINDS), " or ".join(BATCH_KINDS)),
-    "data.order": ((lambda v: v in BATCH_ORDERS), ", ".join(BATCH_ORDERS)),
-    "data.batch_latency": _NON_NEGATIVE,
-    "data.bad_batch_every": _int_at_least(0),
-    "data.leak_column": _BOOL,
-    "data.val_copies": _between(0, 1, False, True),
-    "loop.steps": _int_at_least(1),
-    "loop.eval_every": _int_at_least(1),
-    "loop.lr_scale": _POSITIVE,
-    "loop.zero_grad_every": _int_at_least(0),
-    "loop.accumulate": _int_at_least(1),
-    "loop.set_to_none": _BOOL,
-    "loop.amp": _BOOL,
-    "loop.clip_norm": _NON_NEGATIVE,
-    "loop.clip_before_unscale": _BOOL,
-    "loop.warmup_steps": _int_at_least(0),
-    "loop.lr_halflife": _int_at_least(0),
-    "loop.cosine": _BOOL,
-    "loop.weight_decay_share": _between(0, 1, False, True),
-    "loop.optimizer_copies": _between(0, 1, False, False),
-    "loop.permute_targets": _between(0, 1, False, False),
-    "loop.broadcast_targets": _BOOL,
-    "loop.untie_after_optimizer": _BOOL,
-    "loop.train_mode": _BOOL,
-    "loop.restore_train_mode": _BOOL,
-    "loop.eval_mode": _BOOL,
-    "loop.census_every": _int_at_least(1),
-    "loop.budgets": _POSITIVE_INTS,
-    "loop.timing_warmup": _int_at_least(0),
-    "memorize.examples": _int_at_least(1),
-    "memorize.steps": _int_at_least(0),
-    "memorize.rates": ((lambda v: isinstance(v, list) and all(_number(r) and r > 0 for r in v)), "a list of rates > 0"),
-    "capacity.examples": _int_at_least(1),
-    "capacity.steps": _int_at_least(0),
-    "capacity.rates": (
-        (lambda v: isinstance(v, list) and len(v) > 0 and all(_number(r) and r > 0 for r in v)),
-        "a list of one or more rates > 0",
-    ),
-    "run.threads": _int_at_least(0),
-    "run.time_limit_s": _POSITIVE,
-    "run.force": _BOOL,
-    "model.hidden": _POSITIVE_INTS,
-    "model.dropout": _between(0, 1, False, True),
-    "model.init_gain": _POSITIVE,
-    "model.weight_init": ((lambda v: v in WEIGHT_INITS), ", ".join(WEIGHT_INITS)),
-    "model.ignore_inputs": _BOOL,
-    "model.output": ((lambda v: v in OUTPUTS), ", ".join(OUTPUTS)),
-    "model.output_bias": ((lambda v: v is None or _number(v)), "a number or null"),
-    "data.targets": ((lambda v: v in TARGET_ENCODINGS), ", ".join(TARGET_ENCODINGS)),
-    "loop.loss": ((lambda v: v in LOSS_NAMES), ", ".join(LOSS_NAMES)),
-    "model.activation": ((lambda v: v in ("relu", "tanh", "sigmoid")), "relu, tanh or sigmoid"),
+ACTIVATIONS = ("relu", "tanh", "sigmoid")  # the hidden layers' activation (harness/model.py)
+NORMS = ("pre", "post")  # where a transformer block's LayerNorm sits (harness/model.py)
+CHOICES = {  # what a knob's range `{one of NAME}` may name: the lists the code that reads the knob implements
+    name: value
+    for name, value in dict(globals()).items()
+    if name.isupper() and isinstance(value, tuple) and all(isinstance(v, str) for v in value)
 }
+
+
+def _one_of(choices: tuple[str, ...]) -> tuple[Callable, str]:
+    return (lambda v: v in choices), (
+        " or ".join(choices) if len(choices) < 3 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+    )
+
+
+def _list_of(valid: Callable, what: str, least: int = 0) -> tuple[Callable, str]:
+    return (lambda v: isinstance(v, list) and len(v) >= least and all(valid(i) for i in v)), what
+
+
+# A knob's range is written where the knob is declared: the first words of its comment in conf/config.yaml or in a
+# conf/model/ file, in braces, `loop.steps: 600  # {integer >= 1} ...`. Each form below reads as what it accepts.
+RANGE_FORMS: list[tuple[str, Callable[..., tuple[Callable, str]]]] = [
+    (r"true/false", lambda: _BOOL),
+    (r"integer", lambda: (_integer, "an integer")),
+    (r"integer >= (\d+)", lambda low: _int_at_least(int(low))),
+    (r"> 0", lambda: _POSITIVE),
+    (r">= 0", lambda: _NON_NEGATIVE),
+    (r"number or null", lambda: ((lambda v: v is None or _number(v)), "a number or null")),
+    (r"> 0 or null", lambda: ((lambda v: v is None or (_number(v) and v > 0)), "a finite number > 0 or null")),
+    (
+        r"in ([(\[])([-\d.e]+), ([-\d.e]+)([)\]])",
+        lambda left, low, high, right: _between(float(low), float(high), left == "(", right == ")"),
+    ),
+    (
+        r"list of integers >= (\d+)",
+        lambda low: _list_of(lambda i: _integer(i) and i >= int(low), f"a list of integers >= {low}"),
+    ),
+    (r"list of rates > 0", lambda: _list_of(lambda r: _number(r) and r > 0, "a list of rates > 0")),
+    (r"one or more rates > 0", lambda: _list_of(lambda r: _number(r) and r > 0, "a list of one or more rates > 0", 1)),
+    (
+        r"seed",
+        lambda: (
+            (lambda v: _integer(v) and 0 <= v <= SEED_MAX),
+            f"an integer from 0 to {SEED_MAX} (numpy's seed range)",
+        ),
+    ),
+    (r"one of ([A-Z_]+)", lambda name: _one_of(CHOICES[name])),
+]
+_RANGE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_]\w*):(?P<value>[^#]*)(#\s*\{(?P<range>[^}]*)\})?")
+
+
+def parse_range(text: str, where: str) -> tuple[Callable, str]:
+    """The check and the words of one range as written in braces; a range of no known form is an error, naming them."""
+    for form, build in RANGE_FORMS:
+        match = re.fullmatch(form, text.strip())
+        if match and not (form.startswith("one of") and match.group(1) not in CHOICES):
+            return build(*match.groups())
+    forms = "; ".join(form.replace("\\", "") for form, _ in RANGE_FORMS)
+    raise ValueError(f"{where}: the range {{{text}}} is of no known form ({forms}; one of: {', '.join(CHOICES)})")
+
+
+def declared_ranges(path: Path, prefix: str = "") -> dict[str, tuple[Callable, str]]:
+    """Each knob of a YAML file whose comment opens with its range, by dotted key, in the file's order.
+
+    Read from the text, line by line: YAML drops comments. A key with no value on its line opens a mapping whose
+    knobs are indented below it.
+    """
+    found, parents = {}, []  # parents: (indent, key) of the mappings the line is inside
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _RANGE.match(line)
+        if not match or line.lstrip().startswith("#"):
+            continue
+        indent = len(match["indent"])
+        parents = [(i, k) for i, k in parents if i < indent]
+        key = ".".join([prefix, *(k for _, k in parents), match["key"]]).lstrip(".")
+        if not match["value"].strip():
+            parents.append((indent, match["key"]))
+        if match["range"] is not None:
+            found[key] = parse_range(match["range"], f"{path.name}:{number} {key}")
+    return found
+
+
+def _all_declared_ranges() -> dict[str, tuple[Callable, str]]:
+    """The ranges of conf/config.yaml's knobs, then the model files' (a key in two files: one range, or an error)."""
+    knobs = declared_ranges(CONF / "config.yaml")
+    where: dict[str, str] = {}
+    for path in sorted((CONF / "model").glob("*.yaml")):
+        for key, (valid, what) in declared_ranges(path, "model").items():
+            if key in knobs and knobs[key][1] != what:
+                raise ValueError(f"{key} has two ranges: {knobs[key][1]} in {where[key]}, {what} in {path.name}")
+            knobs[key], where[key] = (valid, what), path.name
+    return knobs
+
+
+# Every knob with a range, from its declaration: a value out of it is refused before any cell runs. A key a recipe
+# does not have (a model family without `dropout`) is not checked.
+KNOBS: dict[str, tuple[Callable, str]] = _all_declared_ranges()
 
 
 def knob_problems(cfg: DictConfig | dict) -> list[str]:

@@ -112,7 +112,7 @@ KNOBS = {
     "model.hidden=[64,0]": "model.hidden=[64, 0] is out of range: it must be a list of integers >= 1",
     "run.time_limit_s=0": "run.time_limit_s=0 is out of range: it must be a finite number > 0",
     "loop.train_mode=2": "loop.train_mode=2 is out of range: it must be true or false",
-    "data.order=sorted": "data.order='sorted' is out of range: it must be shuffled, fixed, class_sorted",
+    "data.order=sorted": "data.order='sorted' is out of range: it must be shuffled, fixed or class_sorted",
     "loop.clip_norm=-1": "loop.clip_norm=-1 is out of range: it must be a finite number >= 0",
     "loop.warmup_steps=1.5": "loop.warmup_steps=1.5 is out of range: it must be an integer >= 0",
     "loop.amp=maybe": "loop.amp='maybe' is out of range: it must be true or false",

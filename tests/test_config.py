@@ -7,6 +7,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED
+from harness.checks import KNOBS, declared_ranges
 from harness.recipe import planted, recipe_yaml
 
 
@@ -136,3 +137,48 @@ def test_run_settings_do_not_change_the_cell_id():
 def test_named_grids_compose(sweep):
     cfg = make_config(f"+sweep={sweep}")
     assert set(cfg.run) >= {"records", "threads", "time_limit_s", "force"}
+
+
+def knob_values(values: dict, prefix: str = "") -> dict:
+    """Each leaf of a YAML mapping by dotted key (lists are leaves)."""
+    found = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            found |= knob_values(value, f"{prefix}{key}.")
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
+
+
+def numeric_or_boolean(value) -> bool:
+    return isinstance(value, bool | int | float) or (
+        isinstance(value, list) and value and isinstance(value[0], int | float)
+    )
+
+
+@pytest.mark.parametrize("path", ["config.yaml", *(f"model/{p.name}" for p in sorted((CONF / "model").glob("*.yaml")))])
+def test_every_numeric_or_boolean_knob_declares_its_range_where_it_is_declared(path):
+    # The trap: a knob added without a range accepted any value, so a typo ran the whole grid with nonsense.
+    values = OmegaConf.to_container(OmegaConf.load(CONF / path))
+    prefix = "model." if path.startswith("model/") else ""
+    skipped = {"defaults", "hydra", "fault", "severity"}
+    knobs = {f"{prefix}{k}": v for k, v in knob_values(values).items() if k.split(".")[0] not in skipped}
+    unranged = sorted(key for key, value in knobs.items() if numeric_or_boolean(value) and key not in KNOBS)
+    assert unranged == [], f"write each one's range first in its comment, e.g. `# {{integer >= 1}} ...` ({path})"
+    for key, value in knobs.items():  # and each default is in its own range
+        if key in KNOBS and value is not None:
+            assert KNOBS[key][0](value), f"{key}={value!r} is not {KNOBS[key][1]}"
+
+
+def test_a_range_of_no_known_form_is_refused_naming_the_forms(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("loop:\n  steps: 600  # {a positive integer} the run's length\n")
+    with pytest.raises(ValueError, match=r"config.yaml:2 loop.steps: the range \{a positive integer\} is of no known"):
+        declared_ranges(config)
+    config.write_text("data:\n  order: shuffled  # {one of ORDERS} how\n  batch: 4  # {integer >= 1}\n")
+    with pytest.raises(ValueError, match=r"one of: .*BATCH_ORDERS"):
+        declared_ranges(config)
+    config.write_text(
+        "data:\n  batch: 4  # {integer >= 1} examples\n  # {in (0, 1)} a comment line\nseed: 1  # {seed}\n"
+    )
+    assert list(declared_ranges(config)) == ["data.batch", "seed"]
