@@ -133,7 +133,9 @@ def rules_page() -> str:
 
 def features_page() -> str:
     """docs/features.md: every feature, what it is normalized by and which rules read it."""
-    text = _header("The features", "analysis/declarations/ (one module per family), in analysis/features.py's ORDER")
+    text = _header(
+        "The features", "analysis/declarations/ (one module per family, in analysis/features.py's FAMILIES order)"
+    )
     readers: dict[str, list[str]] = {}
     for rule in RULES:
         readers.setdefault(rule.feature, []).append(f"`{rule.verdict}`")

@@ -9,7 +9,7 @@ the table: name, sentence, what it is normalized by, whether it spans orders of 
 at geometric midpoints and plots use log axes), how it is computed, and the record columns it is computed from
 (`reads`: checked against harness/columns.py when the feature is built; the computation sees no other column).
 Each feature is declared with its family in analysis/declarations/ (what a feature is: analysis/feature.py);
-this module puts them in their one order (`ORDER`) and says which of them the quick references' floor turns off.
+this module puts them in order (by family, `FAMILIES`) and says which of them the quick references' floor turns off.
 
 `at_budget(records, steps)` gives the grid's records as they were at a step budget (each cell keeps a snapshot
 of its measurements at every budget it reached), so that the same features can be read on shorter runs.
@@ -40,9 +40,9 @@ if TYPE_CHECKING:  # pandas is loaded where a table is built, so judging one run
     import pandas as pd
 
 __all__ = [
+    "FAMILIES",
     "FEATURES",
     "FEATURES_LIST",
-    "ORDER",
     "REFERENCE_COLUMNS",
     "REFERENCE_FLOOR",
     "RESTS_ON_REFERENCES",
@@ -54,72 +54,14 @@ __all__ = [
     "too_few_in_class",  # the class mix's floor (analysis/yardsticks.py), said by the doctor with the references'
 ]
 
-# The features' one order, which the feature table's columns and docs/features.md's rows keep. A new feature is
-# declared in its family's module of analysis/declarations/ and named here; the naive readings follow (naive.py).
-ORDER = (
-    "data_wait_ratio",
-    "no_grad_share",
-    "grad_carried_share",
-    "grad_kept_at_step",
-    "lr_peak_share",
-    "lr_decayed_share",
-    "weight_norm_ratio",
-    "unmoved_share",
-    "targets_changed_share",
-    "accumulation_ratio",
-    "wrong_mode_share",
-    "output_prob_share",
-    "logit_reach_span",
-    "single_label_bce",
-    "output_spread",
-    "target_reach_gap",
-    "late_drop_share",
-    "late_fall_z",
-    "late_val_fall_z",
-    "late_fall_share",
-    "forecast_gain",
-    "input_rms",
-    "loss_under_compressor",
-    "loss_over_counts",
-    "counts_noise",
-    "first_loss_ratio",
-    "dead_at_init",
-    "activation_growth",
-    "grad_depth_ratio",
-    "saturated_at_init",
-    "batch_label_mix",
-    "label_imbalance",
-    "prior_shift",
-    "periodic_spike_share",
-    "update_ratio_peak",
-    "steps_without_progress",
-    "update_ratio",
-    "val_skill",
-    "reference_skill",
-    "own_skill",
-    "skill_shortfall",
-    "shortfall_z",
-    "copy_skill",
-    "copy_gap",
-    "copy_z",
-    "loss_left",
-    "learnable_skill",
-    "fit_vs_reference",
-    "capacity_fit",
-    "label_noise_z",
-    "train_val_gap",
-    "data_gain",
-    "val_loss_rise",
-)
-_DECLARED = {
-    feature.name: feature
-    for family in (capacity, data, initialization, language, loop, outcome, outputs, parameters, schedule)
-    for feature in family.DECLARED
-}
-if sorted(_DECLARED) != sorted(ORDER):  # a feature declared and not ordered, or ordered and not declared
-    raise ValueError(f"features declared but not in ORDER, or the reverse: {sorted(set(_DECLARED) ^ set(ORDER))}")
-FEATURES_LIST = [_DECLARED[name] for name in ORDER] + naive.NAIVE_FEATURES_LIST
+# The families in the order the feature table's columns and docs/features.md's rows show them: each family's
+# features in the order its module declares them, then the naive readings (naive.py). A new feature is declared in
+# its family's module of analysis/declarations/ and nowhere else.
+FAMILIES = (loop, parameters, schedule, outputs, initialization, language, data, capacity, outcome)
+FEATURES_LIST = [feature for family in FAMILIES for feature in family.DECLARED] + naive.NAIVE_FEATURES_LIST
 FEATURES = {f.name: f for f in FEATURES_LIST}
+if len(FEATURES) != len(FEATURES_LIST):  # two families declaring one name: the second would silently win
+    raise ValueError(f"features declared twice: {sorted({f.name for f in FEATURES_LIST if FEATURES[f.name] is not f})}")
 
 
 # The quick references' columns (harness/reference.py declares them): a feature that reads one rests on them.

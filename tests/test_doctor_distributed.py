@@ -42,6 +42,7 @@ def _across(document: dict) -> list[str]:
     return [f["verdict"] for f in document["findings"] if f["verdict"] in ACROSS]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 def test_a_healthy_two_process_run_is_healthy_on_both_ranks(runs):
     for rank in (0, 1):
         document = runs["healthy", rank]["report"]
@@ -53,6 +54,7 @@ def test_a_healthy_two_process_run_is_healthy_on_both_ranks(runs):
     assert "across the 2 ranks (this is rank 0; every rank's evidence" in runs["healthy", 0]["text"]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 @pytest.mark.parametrize(
     ("case", "verdict", "named"),
     [
@@ -76,6 +78,7 @@ def test_each_distributed_fault_is_the_verdict_on_both_ranks(runs, case, verdict
     assert runs[case, 0]["report"]["findings"][0] == runs[case, 1]["report"]["findings"][0]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 def test_summed_gradients_are_about_twice_what_averaging_allows_and_averaged_by_hand_is_healthy(runs):
     summed = runs["summed", 0]["report"]["findings"][0]
     assert 1.3 < summed["value"] <= 2.0  # the sum of two gradients pointing roughly one way: up to 2x the mean
@@ -84,6 +87,7 @@ def test_summed_gradients_are_about_twice_what_averaging_allows_and_averaged_by_
     assert "averaged, not summed: the stepped gradient was 0." in runs["averaged_by_hand", 0]["text"]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 @pytest.mark.parametrize("case", ["accumulated", "no_zero_grad", "batchnorm"])
 def test_accumulation_carried_gradients_and_broadcast_buffers_are_no_fault_across_ranks(runs, case):
     """No finding across ranks where none was planted.
@@ -96,6 +100,7 @@ def test_accumulation_carried_gradients_and_broadcast_buffers_are_no_fault_acros
         assert all(check["ok"] for check in document["ranks"]["checks"]), document["ranks"]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 def test_a_loop_that_never_zeroes_grad_is_no_zero_grad_under_ddp_and_accumulation_is_not(runs):
     """DDP writes the averaged gradient into .grad in place: the clearing check reads .grad by its hook there."""
     for rank in (0, 1):
@@ -103,6 +108,7 @@ def test_a_loop_that_never_zeroes_grad_is_no_zero_grad_under_ddp_and_accumulatio
         assert runs["accumulated", rank]["report"]["verdict"] != "no_zero_grad", runs["accumulated", rank]["text"]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 def test_buffers_not_broadcast_are_replicas_out_of_sync_named_by_the_buffer(runs):
     for rank in (0, 1):
         (finding, *_) = runs["buffers_unsynced", rank]["report"]["findings"]
@@ -110,6 +116,7 @@ def test_buffers_not_broadcast_are_replicas_out_of_sync_named_by_the_buffer(runs
         assert "buffer 1.running_mean differs between rank 0 and rank 1" in finding["evidence"]
 
 
+@pytest.mark.slow  # their fixture runs torchrun (about 15 s)
 def test_the_doctor_adds_no_collective_to_the_loop_and_gathers_once_at_the_report(runs):
     for rank in (0, 1):
         counted = runs["collectives", rank]["collectives"]

@@ -8,11 +8,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import CLASS_DATASETS, FAULTS, SHORT, make_config
+from conftest import CLASS_DATASETS, FAULTS, LM, LM_FAULTS, LM_SIZES, SHORT, SIZES, make_config
 
 from harness.cell import run_cell
+from harness.columns import DECLARED_IN
 from harness.data import load_splits, training_batches
 from harness.model import build_model
+from harness.recipe import recipe_changes
 from harness.records import SCHEMA
 
 _runs: dict[tuple[str, str], dict] = {}
@@ -40,6 +42,68 @@ def test_every_fault_gives_an_ok_record_with_every_measurement(fault, dataset):
         make_config(f"fault={fault}").fault[fault],
     )
     assert len(record["train_loss_curve"]) == 40 and record["val_steps"] == [0, 20, 40]
+
+
+# Not what a run measures: what it is, and when and where it ran (harness/cell.py), and the wall-clock timings
+# (harness/timing.py, the loader's wait), which move from run to run by themselves.
+NOT_MEASURED = {name for name, where in DECLARED_IN.items() if where in ("harness/cell.py", "harness/timing.py")}
+TIMED = {"data_wait_s", "loop_s", "data_wait_share"}
+NOT_MEASURED = (NOT_MEASURED - {"n_train", "n_val", "n_classes", "steps"}) | {"checkpoints"}
+
+
+def moved(record: dict, healthy: dict) -> list[str]:
+    """The measurements a run moved from the healthy run's: exactly, or a timing by more than 3x."""
+    found = []
+    for name, value in record.items():
+        if name in NOT_MEASURED:
+            continue
+        other = healthy[name]
+        if name in TIMED:
+            if value is not None and other and not (1 / 3 < value / other < 3):
+                found.append(name)
+        elif not _same(value, other):
+            found.append(name)
+    return found
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+        return (
+            a is not None and b is not None and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+_lm_runs: dict[str, dict] = {}
+
+
+def short_lm_run(fault: str) -> dict:
+    if fault not in _lm_runs:
+        _lm_runs[fault] = run_cell(make_config(*SHORT, *LM, f"fault={fault}"))
+    return _lm_runs[fault]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [f for f in FAULTS + SIZES if f != "healthy"])
+def test_every_fault_file_at_every_size_changes_the_recipe_and_what_the_run_measures(fault):
+    # The trap: a knob the code never reads swept "ok" under the fault's label, wrong ground truth for `make fit`.
+    _, changes = recipe_changes(make_config(f"fault={fault}"))
+    assert {key for key in changes if not key.startswith("fault.")}, "the fault file changes no knob"
+    record, healthy = short_run(fault, "digits"), short_run("healthy", "digits")
+    assert record["status"] == "ok", record["error"]
+    assert moved(record, healthy), f"{fault} measures exactly what the healthy run measures: does its knob act?"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", LM_FAULTS + LM_SIZES)
+def test_every_language_model_fault_changes_what_the_run_measures(fault):
+    _, changes = recipe_changes(make_config(*LM, f"fault={fault}"))
+    assert {key for key in changes if not key.startswith("fault.")}, "the fault file changes no knob"
+    record, healthy = short_lm_run(fault), short_lm_run("healthy")
+    assert record["status"] == "ok", record["error"]
+    assert moved(record, healthy), f"{fault} measures exactly what the healthy run measures: does its knob act?"
 
 
 # What each planted fault does to the measurement it is documented to move, against the healthy run.

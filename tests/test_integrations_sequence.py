@@ -291,6 +291,7 @@ def test_memorization_trains_on_the_shifted_targets_and_no_capacity_fit_runs(hf)
     assert "no clean copy" in report.cost.line()
 
 
+@pytest.mark.slow  # a whole fit through the integration (5-12 s)
 # ----- the Hugging Face Trainer ---------------------------------------------------------------------------------------
 def test_trainer_on_gpt2_reads_the_causal_shift_and_a_healthy_run_is_healthy(hf, tmp_path):
     data = language_data(300 * BATCH)
@@ -307,6 +308,7 @@ def test_trainer_on_gpt2_reads_the_causal_shift_and_a_healthy_run_is_healthy(hf,
     assert report.verdict == "healthy", str(report)
 
 
+@pytest.mark.slow  # a whole fit through the integration (5-12 s)
 def test_trainer_on_a_bert_tagger_reads_no_shift_and_a_healthy_run_is_healthy(hf, tmp_path):
     data = tagging_data(300 * BATCH)
     doctor = trainer_run(hf, tmp_path, bert_tagger(hf), data, lr=3e-3, steps=300)
@@ -332,6 +334,7 @@ def test_trainer_on_bert_as_a_causal_lm_without_its_decoder_mask_names_future_vi
 TRAINER_MODELS = {"gpt2": (gpt2, language_data), "bert tagger": (bert_tagger, tagging_data)}
 
 
+@pytest.mark.slow  # a whole fit through the integration (5-12 s)
 @pytest.mark.parametrize("fault, verdict", FAULTS)
 @pytest.mark.parametrize("name", TRAINER_MODELS)
 def test_the_trainer_names_a_planted_fault(hf, tmp_path, name, fault, verdict):
@@ -380,6 +383,7 @@ def lightning_run(pl, model, data, lr: float, steps: int):
     return doctor
 
 
+@pytest.mark.slow  # a whole fit through the integration (5-12 s)
 def test_lightning_wrapping_gpt2_reads_the_causal_shift_and_a_healthy_run_is_healthy(pl, hf):
     data = language_data(300 * BATCH)
     model = gpt2(hf)
@@ -392,6 +396,7 @@ def test_lightning_wrapping_gpt2_reads_the_causal_shift_and_a_healthy_run_is_hea
     assert report.verdict == "healthy", str(report)
 
 
+@pytest.mark.slow  # a whole fit through the integration (5-12 s)
 @pytest.mark.parametrize("fault, verdict", FAULTS)
 def test_lightning_wrapping_gpt2_names_a_planted_fault(pl, hf, fault, verdict):
     data = language_data(300 * BATCH, padding_scored=fault == "padding")

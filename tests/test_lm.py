@@ -218,6 +218,7 @@ def test_every_lm_fault_sets_only_keys_its_family_has_each_in_its_range(fault):
     build_model(planted.model, n_inputs=planted.dataset.text.context, n_classes=256)
 
 
+@pytest.mark.slow  # a language-model cell (about 8 s)
 def test_a_short_lm_cell_runs_and_records_the_text_references():
     record = run_cell(make_config(*LM, *QUICK))
     assert record["status"] == "ok", record["error"]
@@ -251,6 +252,7 @@ def test_the_padding_watch_reads_the_pad_byte_as_the_mask_of_token_ids():
     assert PaddingWatch(None, text.IGNORE).mask(x) is None  # without a pad id the mask is the batch's attention_mask
 
 
+@pytest.mark.slow  # a language-model cell (about 8 s)
 @pytest.mark.parametrize("fault", ["healthy", "lm/padding_in_loss"])
 def test_a_short_lm_cell_counts_the_padding_its_loss_scores(fault):
     import pandas as pd

@@ -159,6 +159,7 @@ def test_a_family_with_one_seed_shows_no_refit_score_in_the_terminal_and_the_rep
     assert "| gru | digits | 600 | 2/2 | - |" in "\n".join(text).splitlines()
 
 
+@pytest.mark.slow  # a whole report (about 12 s)
 def test_a_report_scores_single_faults_and_sends_two_fault_records_to_the_pairs_command(tmp_path, capsys):
     pairs_only = written(three_pairs(), tmp_path / "pairs")
     assert main(["report", pairs_only, "--out", str(tmp_path / "r1")]) == 2

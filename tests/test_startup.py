@@ -73,6 +73,7 @@ def freezes() -> tuple[int, int, bool]:
     return counts[1] - counts[0], counts[2] - counts[1], gc.get_freeze_count() > 0
 
 
+@pytest.mark.slow  # a sweep in its own process (about 12 s)
 def test_only_a_worker_process_freezes_its_imports_once():
     assert freezes() == (0, 0, False)  # the sweep's own process, or one running the cells itself, is left as it is
     assert gc.isenabled()

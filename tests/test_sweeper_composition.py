@@ -30,7 +30,7 @@ SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
 # Grids whose own composition takes the sweeper 10 s or more (hundreds of cells, or every fault pair tried):
 # only the slow test composes them.
 LARGE = {"pairs", "zoo_faults", "zoo_healthy"}
-SPREAD = 6  # cells per sweep in the fast test: the first, the last and four between
+SPREAD = 3  # cells per sweep in the fast test: the first, the middle and the last
 
 
 # The config groups: a folder of conf/ (fault, dataset, model, ...); any other override sets a plain value.

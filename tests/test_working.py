@@ -106,6 +106,7 @@ def optimizer(params):
 '''
 
 
+@pytest.mark.slow  # a pool of processes (about 15 s)
 def test_a_recipe_whose_loader_has_worker_processes_runs_in_the_benchmarks_pool(tmp_path):
     # In a loky worker the default start method is loky's, whose processes a DataLoader cannot start.
     from benchmarks import runner
