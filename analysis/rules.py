@@ -17,15 +17,16 @@ The outcome gate (analysis/outcome_gate.py) is open when the run learned measura
 reach on the same data (`skill_shortfall` above its fitted threshold) or, where no reference exists (regression,
 multi-label), when its training loss did not fall or its validation skill is at or under the baseline.
 
-`diagnose` lists the findings: every failing one in rule order (the first is the verdict), then the warnings.
-Without a failing finding the verdict is `unexplained_failure` when the gate is open (the run did not learn as
-it should and no check names why: "not among the known causes" is a better answer than a wrong one) and
-`healthy` otherwise, with the warnings listed under it. The fitted rules and the gate read their thresholds
-from `analysis/thresholds.json`, written by `make fit` (`analysis.fit`) from digits and the generated problems
-alone, one set per step budget (50 to 600 steps): a run is judged with the thresholds of the budget nearest to
-the steps it ran. `NAIVE_RULES` (analysis/naive_rules.py) is the first version, with raw readings and thresholds
-typed in by hand and no gate, kept so that the report shows what fitting and normalizing changed. Rules see
-measurements only, never the planted fault.
+`diagnose` lists the findings (analysis/findings.py judges them and puts each at its place, declared once in
+analysis/checks/base.py: `Place`): the grid's facts, every failing rule in rule order (the first is the verdict),
+then the warnings. Without a failing finding the verdict is `unexplained_failure` when the gate is open (the run
+did not learn as it should and no check names why: "not among the known causes" is a better answer than a wrong
+one) and `healthy` otherwise, with the warnings listed under it. `verdicts` puts many records' in the same places.
+The fitted rules and the gate read their thresholds from `analysis/thresholds.json`, written by `make fit`
+(`analysis.fit`) from digits and the generated problems alone, one set per step budget (50 to 600 steps): a run is
+judged with the thresholds of the budget nearest to the steps it ran. `NAIVE_RULES` (analysis/naive_rules.py) is
+the first version, with raw readings and thresholds typed in by hand and no gate, kept so that the report shows
+what fitting and normalizing changed. Rules see measurements only, never the planted fault.
 """
 
 import json
@@ -38,10 +39,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analysis.checks import CHECKS, FITTED
-from analysis.checks.base import HEALTHY, UNEXPLAINED, WARNING, Check, Finding, Rule
-from analysis.checks.evidence import Evidence
-from analysis.checks.schedule import STILL_IMPROVING
-from analysis.features import FEATURES, feature_table, features
+from analysis.checks.base import HEALTHY as HEALTHY  # re-exported: the verdicts without a failure, the finding kinds
+from analysis.checks.base import UNEXPLAINED as UNEXPLAINED
+from analysis.checks.base import WARNING as WARNING
+from analysis.checks.base import Check, Finding, Place, Rule
+from analysis.features import FEATURES, feature_table
+from analysis.findings import GRID_FACTS, in_place, judge, rule_place, verdict_without_failure
 from analysis.outcome_gate import OUTCOME_GATE, gate_open
 
 if TYPE_CHECKING:  # pandas is loaded where a table is judged, so judging one run (the doctor) never loads it
@@ -52,9 +55,8 @@ THRESHOLDS_FILE = Path(__file__).resolve().parent / "thresholds.json"
 
 # The fitted checks, in order (analysis/checks/: one module per family of checks, one object per check).
 RULES: list[Rule] = FITTED
-# The facts the grid judges too, on its records' columns, ahead of the fitted rules (padding_in_loss); the numeric
-# facts read the doctor's own watch and are judged by the doctor alone (doctor/diagnosis.py judges every fact itself).
-GRID_FACTS: list[Check] = [check for check in CHECKS if not check.fitted and check.in_grid]
+# GRID_FACTS (analysis/findings.py): the facts the grid judges too, on its records' columns, ahead of the fitted rules
+# (padding_in_loss); the others read the doctor's own watch and are judged by the doctor alone (JUDGED_FACTS there).
 VERDICTS = {rule.verdict: rule for rule in RULES}
 
 
@@ -84,52 +86,6 @@ def fitted_budgets(path: str | Path = THRESHOLDS_FILE) -> list[int]:
     return sorted(int(b) for b in json.loads(Path(path).read_text())["budgets"])
 
 
-UNEXPLAINED_NEXT = (
-    "overfit one batch (a few dozen steps on 16 examples: the loss must reach near 0), then compare the run step"
-    " by step with a simple reference recipe on the same data (the quick references reach the skill above);"
-    " look for what the loop changes between the batch and the loss, and at what the optimizer was given"
-)
-
-
-def _unexplained(
-    rules: list[Rule], thresholds: Mapping, values: Mapping, fields: Mapping, gate_evidence: str
-) -> Finding:
-    """The verdict when the outcome shows harm and no check names a cause: what was measured and ruled out."""
-    judged = [rule.verdict for rule in rules if rule.verdict in thresholds and not math.isnan(values[rule.feature])]
-    evidence = (
-        f"the run did not learn as it should ({gate_evidence}), and no check names a cause; ruled out:"
-        f" {', '.join(judged) if judged else 'nothing (no check could be read)'}"
-    )
-    said = _capacity_said(values["capacity_fit"], fields, thresholds.get("model_too_small"))
-    return Finding(UNEXPLAINED, f"{evidence}; {said}", UNEXPLAINED_NEXT, math.nan)
-
-
-def _capacity_said(fit: float, fields: Mapping, threshold: float | None) -> str:
-    """What the capacity fit says about a run that fell short for no named cause: whether the model could fit."""
-    if math.isnan(fit):
-        score = fields.get("capacity_score")
-        if score is None or math.isnan(float(score)):
-            if fields.get("task") == "sequence":
-                return "whether the model can fit the data is not measured on a sequence task (no check would read it)"
-            return (
-                "whether the model can fit the data was not measured (it takes a model factory, and inputs whose rows"
-                " are the examples)"
-            )
-        return (
-            f"a fresh copy of the model, trained in a clean loop on {fields['capacity_examples']:.0f} training"
-            f" examples, reaches {fields['metric_name']} {float(score):.2f} on them; with no quick"
-            " reference to hold that against (no classes, or references that fit next to nothing), it says neither"
-            " that the model is too small nor that it is not"
-        )
-    said = (
-        f"the model fits {fit:.0%} as much of its training examples as quick references do (the better of the run's"
-        f" own fit and a fresh copy's, trained in a clean loop on {fields['capacity_examples']:.0f} of them)"
-    )
-    if threshold is None or fit < threshold:
-        return said
-    return f"{said}: it has the capacity, so what held the run back is in the run's own loop or recipe"
-
-
 def diagnose(
     measurements: Mapping,
     rules: list[Rule] = RULES,
@@ -139,65 +95,19 @@ def diagnose(
 ) -> list[Finding]:
     """The findings on one run's measurements: the verdict first, then the other failing findings, then warnings.
 
-    The verdict is the first failing finding, the `facts` first (judged on record columns, no fitted threshold),
-    then the rules in order; without one, when the outcome gate is open, `still_improving` for a run still
-    learning when it stopped and `unexplained_failure` for one that was not, and `healthy` otherwise.
-    `measurements` is a plain mapping (a record as a dict or Series, or what the doctor measured); without
-    `thresholds`, those of the budget nearest to the run's `steps` are used. Thresholds without the gate's (the naive
-    rules) judge every rule as failing and never say unexplained. `cut_short`: the run was stopped before its loop
-    ended (a budget, Ctrl-C): until its loss had flattened, its outcome is too early to judge (OutcomeGate).
+    analysis/findings.py's `judge` on a record, each finding at its place (analysis/checks/base.py: `Place`): the
+    `facts` (judged on record columns, no fitted threshold), then the failing rules in order; without one, when the
+    outcome gate is open, `still_improving` for a run still learning when it stopped and `unexplained_failure` for
+    one that was not, and `healthy` otherwise; the warnings last. `measurements` is a plain mapping (a record as a
+    dict or Series, or what the doctor measured); without `thresholds`, those of the budget nearest to the run's
+    `steps` are used. Thresholds without the gate's (the naive rules) judge every rule as failing and never say
+    unexplained. `cut_short`: the run was stopped before its loop ended (a budget, Ctrl-C): until its loss had
+    flattened, its outcome is too early to judge (OutcomeGate).
     """
     measurements = dict(measurements)
     if thresholds is None:
-        steps = measurements.get("steps")
-        thresholds = load_thresholds(_known_steps(steps))
-    values = features(measurements)
-    fields = Evidence(measurements, values)  # the named values the evidence sentences show, made when asked
-    gate_threshold, copy_tolerance = thresholds.get(OUTCOME_GATE.name), thresholds.get(OUTCOME_GATE.copy_name)
-    harmed = OUTCOME_GATE.is_open(values, gate_threshold, copy_tolerance)
-    gate_evidence = None if harmed is None else OUTCOME_GATE.evidence(values, fields, gate_threshold, copy_tolerance)
-    too_early = cut_short and harmed is not None and not OUTCOME_GATE.flattened(values)
-    if too_early:  # the gate stays shut: the outcome is not judged yet
-        harmed, gate_evidence = False, OUTCOME_GATE.too_early(values)
-    overcame = "whether the run pays for it is" if too_early else "the run overcame it"
-    failing = [found for found in (fact.judge_fact(measurements) for fact in facts) if found is not None]
-    warnings = []
-    for rule in rules:
-        if rule.verdict not in thresholds:  # a thresholds file older than the rule: the rule is not judged
-            continue
-        value, threshold = values[rule.feature], thresholds[rule.verdict]
-        if rule.fires(value, threshold):
-            evidence = fields.sentence(rule.evidence, value, threshold)
-            margin, judged = rule.margin(value, threshold), rule.judged(value, threshold)
-            if OUTCOME_GATE.is_warning(rule, harmed):
-                evidence += f"; a warning, not the verdict: {overcame} ({gate_evidence})"
-                warnings.append(Finding(rule.verdict, evidence, rule.next_step_for(fields), margin, WARNING, **judged))
-            else:
-                failing.append(Finding(rule.verdict, evidence, rule.next_step_for(fields), margin, **judged))
-    if failing:
-        return failing + warnings
-    if OUTCOME_GATE.verdict_without_failure(harmed) == UNEXPLAINED:
-        if OUTCOME_GATE.still_learning(values):
-            return [_stopped_learning_early(values, gate_evidence), *warnings]
-        return [_unexplained(rules, thresholds, values, fields, gate_evidence), *warnings]
-    said = f"no failing finding ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "no rule fired"
-    if too_early:
-        said += f"; {gate_evidence}"
-    return [Finding(HEALTHY, said, "nothing to fix in what the checks measure", math.nan), *warnings]
-
-
-def _stopped_learning_early(values: Mapping, gate_evidence: str) -> Finding:
-    """The verdict of a run that fell short while its loss was still falling: it stopped too early, not failed."""
-    feature, z = OUTCOME_GATE.learning_reading(values)
-    curve = OUTCOME_GATE.learning_curve(values)
-    share = "" if curve == "validation" else f"{values['late_fall_share']:.0%} of its fall so far; "
-    evidence = (
-        f"the {curve} loss was still falling when the run stopped: across its last quarter it fell {z:.1f} standard"
-        f" errors of its own noise ({share}still learning past {OUTCOME_GATE.beyond_noise:.0f}), and the run fell short"
-        f" ({gate_evidence}): no check names a fault, it had not finished learning"
-    )
-    judged = {"feature": feature, "value": float(z), "threshold": OUTCOME_GATE.beyond_noise, "above": True}
-    return Finding(STILL_IMPROVING.verdict, evidence, STILL_IMPROVING.next_step, math.nan, **judged)
+        thresholds = load_thresholds(_known_steps(measurements.get("steps")))
+    return judge(measurements, thresholds, rules, facts, cut_short=cut_short).findings
 
 
 def _known_steps(steps) -> int | None:
@@ -245,13 +155,16 @@ def verdicts(
     ]
     verdict, failing, warned = [], [], []
     for row, fact_row, hurt, still in zip(fired, facts_fired, harmed, learning, strict=True):
-        hits = [rule for rule, hit in zip(rules, row, strict=True) if hit]
-        said = [fact.verdict for fact, hit in zip(facts, fact_row, strict=True) if hit]
-        failing.append(said + [r.verdict for r in hits if not OUTCOME_GATE.is_warning(r, hurt)])
-        warned.append([r.verdict for r in hits if OUTCOME_GATE.is_warning(r, hurt)])
-        unnamed = OUTCOME_GATE.verdict_without_failure(hurt)
-        unnamed = STILL_IMPROVING.verdict if unnamed == UNEXPLAINED and still else unnamed
-        verdict.append(failing[-1][0] if failing[-1] else unnamed)
+        placed = [
+            (f.fact_place, rank, f.verdict) for rank, (f, hit) in enumerate(zip(facts, fact_row, strict=True)) if hit
+        ]
+        placed += [
+            (rule_place(r, hurt), rank, r.verdict) for rank, (r, hit) in enumerate(zip(rules, row, strict=True)) if hit
+        ]
+        listed = in_place(placed)  # each at its place (analysis/checks/base.py: Place), as `diagnose` lists them
+        failing.append([found for place, _, found in listed if place.fails])
+        warned.append([found for place, _, found in listed if place == Place.WARNING])
+        verdict.append(failing[-1][0] if failing[-1] else verdict_without_failure(hurt, still))
     return pd.DataFrame({"verdict": verdict, "fired": failing, "warnings": warned}, index=records.index)
 
 

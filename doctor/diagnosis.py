@@ -1,27 +1,24 @@
 """`diagnose`: a finished run (`Observed`) judged into a `Report`, and the notes on what was not judged.
 
-The fitted rules (analysis/rules.py) come after the facts no threshold is fitted for: a non-finite loss
-(doctor/nonfinite.py), most steps skipped by a GradScaler, the facts of the doctor's own watch (padding scored by
-the loss), and under torch.distributed the checks across ranks (doctor/distributed.py). What a run's task, its
-examples or the report's time budget leave unjudged is said in the report's note, never passed over in silence.
-It reads only the `Observed` and the thresholds: it changes nothing, and the same run can be judged again.
+The findings are analysis/findings.py's (`judge`: the same pipeline as a grid record's, which puts each at its
+place, analysis/checks/base.py: `Place`): every fact the doctor's watch reads, the fitted rules and the outcome
+gate, with the findings only the doctor's own watches make: a non-finite loss and where it began
+(doctor/nonfinite.py) and, under torch.distributed, the checks across ranks (doctor/distributed.py). What a run's
+task, its examples or the report's time budget leave unjudged is said in the report's note, never passed over in
+silence. It reads only the `Observed` and the thresholds: it changes nothing, and the same run can be judged again.
 """
 
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from analysis.checks import CHECKS
-from analysis.checks.numerics import AMP_STEPS_SKIPPED
-from analysis.checks.numerics import CHECKS as NUMERIC_CHECKS
 from analysis.data_forecast import data_forecast
 from analysis.features import FEATURES, RESTS_ON_REFERENCES, features, too_few_for_references, too_few_in_class
+from analysis.findings import JUDGED_FACTS, Judged, judge
 from analysis.forecast import forecast
-from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED, VERDICTS, WARNING, Finding, load_thresholds
-from analysis.rules import diagnose as rule_findings
+from analysis.rules import RULES, VERDICTS, load_thresholds
 from doctor import distributed
 from doctor.machine import bigger_machine
-from doctor.nonfinite import READS_TRAINED_ACCURACY
 from doctor.nonfinite import finding as nonfinite_finding
 from doctor.observed import NO_VALIDATION, Observed
 from doctor.report import Report
@@ -35,18 +32,9 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     """
     thresholds = load_thresholds(observed.steps) if thresholds is None else thresholds
     measured = observed.measurements
-    rules = RULES
-    if observed.rows_are_positions:  # a sequence flattened by the loop: its checks not judged (NOT_JUDGED_ON_TASK)
-        unjudged = {v for _, verdicts in NOT_JUDGED_ON_TASK["sequence"] for v in verdicts}
-        rules = [rule for rule in RULES if rule.verdict not in unjudged]
-    findings, note = _findings(observed, thresholds, rules)
-    for fact in reversed(JUDGED_FACTS):  # each goes after the numeric facts, so the first of them ends up first
-        found = fact.judge_fact(measured)
-        if found is not None:
-            findings = _with_fact(findings, found)
     across = distributed.judge(observed.ranks)
-    if across is not None and across.findings:  # facts of the setup, ahead of what any one rank's steps show
-        findings = [*across.findings, *(f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED))]
+    judged = _judged(observed, thresholds, across)
+    findings, note = judged.findings, judged.note
     if observed.input_scale:  # said, not silent: the rule reading it could not be judged
         unscaled = f"unscaled_inputs not judged: the input scale was not measured ({observed.input_scale})"
         note = unscaled if note is None else f"{note}; {unscaled}"
@@ -88,6 +76,30 @@ def diagnose(observed: Observed, thresholds: Mapping[str, float] | None = None) 
     )
 
 
+def _judged(observed: Observed, thresholds: Mapping[str, float], across: distributed.Ranks | None) -> Judged:
+    """The run's findings in their order and the note on what that left unjudged: analysis/findings.py's `judge`.
+
+    With every fact the doctor's watch reads, and the findings only its own watches make: the checks across ranks
+    (`across`) and a non-finite loss. A run its user cut short is judged on its outcome once its loss flattened.
+    """
+    measured, origin = observed.measurements, observed.nonfinite
+    rules = RULES
+    if observed.rows_are_positions:  # a sequence flattened by the loop: its checks not judged (NOT_JUDGED_ON_TASK)
+        unjudged = {v for _, verdicts in NOT_JUDGED_ON_TASK["sequence"] for v in verdicts}
+        rules = [rule for rule in RULES if rule.verdict not in unjudged]
+    return judge(
+        measured,
+        thresholds,
+        rules,
+        JUDGED_FACTS,
+        across_ranks=across.findings if across is not None else (),
+        nonfinite=None if origin is None else nonfinite_finding(origin, observed.steps, measured["nonfinite_losses"]),
+        from_the_start=origin.what.split()[0] if origin is not None and origin.from_the_start else None,
+        cut_short=observed.stopped is not None,
+        keep_still_improving=True,
+    )
+
+
 def _read_as(observed: Observed) -> str:
     """One line: the loss the run's loss was computed from and its inputs' shapes, and what the examples are.
 
@@ -123,15 +135,6 @@ NOT_JUDGED_ON_TASK = {
         ("a batch's positions are no independent draws of a label", ("unshuffled_batches",)),
     )
 }
-
-
-NUMERIC_FACTS = tuple(check.verdict for check in NUMERIC_CHECKS)  # judged first: nonfinite_loss, amp_steps_skipped
-# The facts judged on the measurements, in order: the grid's, then those only the doctor's watch reads for a verdict
-# (params_left_out: a whole-run reading of the watched model).
-JUDGED_FACTS = [
-    *GRID_FACTS,
-    *(c for c in CHECKS if c.fact is not None and not c.in_grid and c.verdict not in NUMERIC_FACTS),
-]
 
 
 def _beyond_the_task(measured: Mapping, positions: bool = False) -> str | None:
@@ -188,46 +191,3 @@ def _too_few_in_class(measured: Mapping) -> str | None:
         return None
     reads_a_class = {f.name for f in FEATURES.values() if "prior_shift_class_examples" in f.reads}
     return f"not judged: {', '.join(r.verdict for r in RULES if r.feature in reads_a_class)} ({why})"
-
-
-def _findings(
-    observed: Observed, thresholds: Mapping[str, float], rules: list = RULES
-) -> tuple[list[Finding], str | None]:
-    """The findings, and the note saying which rules were not judged (None: all were).
-
-    The fitted rules' findings come after a non-finite loss, or after most steps skipped by the GradScaler, where
-    either happened.
-    """
-    measured, origin = observed.measurements, observed.nonfinite
-    # The grid's facts: in diagnose, below. A run its user cut short is judged on its outcome once its loss flattened.
-    findings = rule_findings(measured, rules, dict(thresholds), facts=[], cut_short=observed.stopped is not None)
-    fitted = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
-    if origin is not None:
-        # Any NaN or inf training loss is the verdict; the fitted rules come after it, judged only where their
-        # measurements can still mean something.
-        first = nonfinite_finding(origin, observed.steps, measured["nonfinite_losses"])
-        if origin.from_the_start:
-            note = (
-                f"no fitted rule was judged: the {origin.what.split()[0]} were non-finite from the first step, and"
-                " every measurement the rules read saw them"
-            )
-            return [first], note
-        note = "not judged on a non-finite run, as they read the trained model's accuracy: " + ", ".join(
-            READS_TRAINED_ACCURACY
-        )
-        return [first, *(f for f in fitted if f.verdict not in READS_TRAINED_ACCURACY)], note
-    skipped = AMP_STEPS_SKIPPED.judge_fact(measured)
-    if skipped is not None:
-        return [skipped, *fitted], None
-    return findings, None
-
-
-def _with_fact(findings: list[Finding], fact: Finding) -> list[Finding]:
-    """The findings with a failing fact judged on no fitted threshold (padding_in_loss) after the numeric facts.
-
-    It comes ahead of the fitted rules' findings: it is certain, and every loss they read counts what it names. It
-    takes the place of healthy, and of unexplained_failure, whose failure it may explain.
-    """
-    kept = [f for f in findings if f.verdict not in (HEALTHY, UNEXPLAINED)]
-    at = next((i for i, f in enumerate(kept) if f.verdict not in NUMERIC_FACTS or f.kind == WARNING), len(kept))
-    return [*kept[:at], fact, *kept[at:]]

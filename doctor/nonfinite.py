@@ -1,4 +1,4 @@
-"""The doctor's verdict on a loss that went NaN or inf: the finding, and which rules it leaves unjudged.
+"""The doctor's verdict on a loss that went NaN or inf: its finding (what it leaves unjudged: analysis/findings.py).
 
 The watch that finds the first non-finite loss and what was non-finite first is a collector of the instruments
 (harness/instruments/nonfinite.py; the doctor turns it on). The check, its sentence and what to look at for each
@@ -9,18 +9,10 @@ import math
 
 from analysis.checks.base import Finding
 from analysis.checks.numerics import NEXT_STEPS, NONFINITE_LOSS
-from analysis.features import FEATURES
-from analysis.rules import RULES
+from analysis.findings import READS_TRAINED_ACCURACY as READS_TRAINED_ACCURACY  # what it leaves unjudged
 from harness.instruments.nonfinite import Origin
 
 VERDICT = NONFINITE_LOSS.verdict
-
-# The fitted rules that read the trained model's accuracy: a model that outputs NaN has none, so on a non-finite
-# run they are not judged (the others measure the loop's mechanics, and may say why it went non-finite).
-# They are the rules whose feature is computed from a trained accuracy column (each feature declares its columns).
-READS_TRAINED_ACCURACY = tuple(
-    rule.verdict for rule in RULES if {"final_val_acc", "final_train_acc"} & set(FEATURES[rule.feature].reads)
-)
 
 
 def finding(origin: Origin, steps: int, nonfinite_losses: int) -> Finding:

@@ -8,7 +8,8 @@ is a rule together with what the rest of the project needs to know of it, so tha
 - `fault_types`: which of DeepFD's fault types its verdict names (the real-bug benchmark, benchmarks/realbugs);
 - `harm`: how the grid tells whether its planted fault measurably hurt (analysis/harm.py);
 - `fact`: for the few checks whose threshold is a fact and not fitted (a NaN loss is a NaN loss), that
-  threshold; such a check reads a record column, not a feature, and is judged ahead of the fitted rules.
+  threshold; such a check reads a record column, not a feature, and is judged ahead of the fitted rules;
+- `place`: for a fact, where its finding stands among a run's findings (`Place`: the one statement of their order).
 
 Each is validated when the check is built: an unknown feature, column, recipe part or harm kind raises at import,
 naming the known ones, instead of a rule silently reading NaN.
@@ -19,6 +20,7 @@ import math
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from analysis.checks.evidence import EVIDENCE_VALUES, Evidence
 from analysis.features import FEATURES
@@ -32,6 +34,46 @@ HEALTHY = "healthy"  # the verdict when no finding fails and the outcome shows n
 UNEXPLAINED = "unexplained_failure"  # the verdict when the outcome shows harm and no check names why
 
 FAILING, WARNING = "failing", "warning"  # the two kinds of finding
+
+
+class Place(IntEnum):
+    """Where a finding stands in one run's list of findings, first to last: the one statement of their order.
+
+    analysis/findings.py (`judge`) puts every finding of a run at its place, for a grid record (analysis/rules.py:
+    `diagnose`, and `verdicts` on many records) and for the doctor's run alike; the first finding is the verdict.
+
+    - ACROSS_RANKS: facts of the setup across torch.distributed ranks (doctor/distributed.py finds them): ahead of
+      what any one rank's steps show;
+    - NONFINITE: a non-finite training loss (its watch: harness/instruments/nonfinite.py). The numeric facts are then
+      not judged, nor the fitted rules that read the trained model's accuracy: a model that outputs NaN has none
+      (nor any fitted rule where the inputs or the weights were non-finite from the first step);
+    - NUMERIC: the other numeric facts (most steps skipped by a GradScaler);
+    - FACT: the other facts (a threshold that is a fact, on a record column: padding scored by the loss): certain,
+      and every loss the fitted rules read counts what they name;
+    - FAILING: the fitted rules that fail (one that `needs_harm` only where the outcome gate is open);
+    - WITHOUT_FAILURE: only where nothing above fails, the verdict without a failure (analysis/outcome_gate.py):
+      `still_improving`, `unexplained_failure` or `healthy`;
+    - WARNING: the fitted rules the run overcame (the outcome gate shut).
+
+    Within a place, findings stand in the order of the checks (`Check.order`: the lists judged are in that order)
+    or, for those a caller's own watch found, in the order it found them.
+    """
+
+    ACROSS_RANKS = 0
+    NONFINITE = 1
+    NUMERIC = 2
+    FACT = 3
+    FAILING = 4
+    WITHOUT_FAILURE = 5
+    WARNING = 6
+
+    @property
+    def fails(self) -> bool:
+        """Whether a finding at this place fails: it can be the verdict, and no verdict without a failure is given."""
+        return self < Place.WITHOUT_FAILURE
+
+
+FACT_PLACES = (Place.NONFINITE, Place.NUMERIC, Place.FACT)  # the places a fact may declare
 
 # The names a recipe file may define that a next step can be about (doctor/recipe.py reads their lines).
 RECIPE_PARTS = ("model", "batches", "loss", "optimizer", "train", "STEPS", "validation")
@@ -176,6 +218,9 @@ class Check(Rule):
     fault_types: tuple[str, ...] = ()
     harm: Harm = field(default=ON_ACCURACY)
     fact: float | None = None  # a threshold that is a fact, not fitted; `feature` then names a record column
+    # A fact's place among a run's findings (`Place`: NONFINITE, NUMERIC or FACT; None: FACT). A fitted rule declares
+    # none: its finding is FAILING or a WARNING, as the outcome gate says.
+    place: Place | None = None
     # A fact the grid's cells measure too, so that the grid's verdicts judge it (analysis/rules.py: GRID_FACTS);
     # the others read what only the doctor's own watch finds (analysis/checks/numerics.py).
     in_grid: bool = False
@@ -197,6 +242,8 @@ class Check(Rule):
             raise ValueError(
                 f"check {self.verdict}: in_grid is for a fact (a fitted rule is judged in the grid anyway)"
             )
+        if self.place is not None and (self.fitted or self.place not in FACT_PLACES):
+            raise ValueError(f"check {self.verdict}: only a fact declares its place, one of {FACT_PLACES}")
         for part in self.parts:
             if part not in RECIPE_PARTS:
                 raise _unknown(f"recipe part for check {self.verdict}:", part, RECIPE_PARTS)
@@ -212,6 +259,11 @@ class Check(Rule):
     def fitted(self) -> bool:
         """Whether `make fit` fits the threshold (else it is `fact`)."""
         return self.fact is None
+
+    @property
+    def fact_place(self) -> Place:
+        """Where this fact's finding stands among a run's findings (`place`, FACT where it declares none)."""
+        return Place.FACT if self.place is None else self.place
 
     def judge_fact(self, measured: Mapping) -> Finding | None:
         """An unfitted check on one run's measurements (keyed like a record): its finding where it fires."""

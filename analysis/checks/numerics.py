@@ -7,7 +7,7 @@ only the doctor judges them: the instruments' non-finite watch (harness/instrume
 turns on) finds what was non-finite first, and the next step depends on it (`NEXT_STEPS`).
 """
 
-from analysis.checks.base import Check
+from analysis.checks.base import Check, Place
 
 # What to look at, by what was non-finite first.
 NEXT_STEPS = {
@@ -43,6 +43,7 @@ NONFINITE_LOSS = Check(
     next_step="look at what was non-finite first, named in the evidence (NEXT_STEPS gives what to look at for each)",
     order=0,
     fact=0.0,
+    place=Place.NONFINITE,  # found by the caller's watch, which supplies where it began
     # Where the NaN came from is in its evidence (weights, inputs, outputs or the loss), not one recipe part or
     # fault type.
     parts=(),
@@ -64,6 +65,7 @@ AMP_STEPS_SKIPPED = Check(
     next_step=f"look at {NEXT_STEPS['gradients']}",
     order=1,
     fact=0.5,  # by definition, not fitted: a run whose GradScaler skipped most steps barely trained
+    place=Place.NUMERIC,
     parts=("train",),
     fault_types=(),  # mixed precision is the loop's (Keras writes it)
 )
