@@ -74,8 +74,8 @@ def recipe_changes(cfg: DictConfig) -> tuple[dict[str, str], dict[str, Any]]:
     """
     values = recipe(cfg)
     chosen = {group: option for group in GROUPS if (option := option_of(group, values.get(group)))}
-    defaults = _leaves(healthy_defaults(tuple(sorted(chosen.items()))))
-    mine = _leaves(values)
+    defaults = leaves(healthy_defaults(tuple(sorted(chosen.items()))))
+    mine = leaves(values)
     changes = {key: value for key, value in mine.items() if key not in defaults or defaults[key] != value}
     changes |= {key: ABSENT for key in defaults if key not in mine}
     return chosen, changes
@@ -122,12 +122,12 @@ def healthy_defaults(chosen: tuple[tuple[str, str], ...]) -> dict:
     return recipe(OmegaConf.create(with_hydra))
 
 
-def _leaves(values: dict, prefix: str = "") -> dict[str, Any]:
+def leaves(values: dict, prefix: str = "") -> dict[str, Any]:
     """A nested mapping as {dotted key: value}; lists are values (a list knob is one knob)."""
     flat = {}
     for key, value in values.items():
         if isinstance(value, dict) and value:
-            flat |= _leaves(value, f"{prefix}{key}.")
+            flat |= leaves(value, f"{prefix}{key}.")
         else:
             flat[f"{prefix}{key}"] = value
     return flat

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from analysis.rules import GRID_FACTS, HEALTHY, RULES, UNEXPLAINED
 from harness.checks import KNOBS, declared_ranges
-from harness.recipe import planted, recipe_yaml
+from harness.recipe import leaves, planted, recipe_yaml
 
 
 def planted_in(fault: str, *overrides: str):
@@ -139,17 +139,6 @@ def test_named_grids_compose(sweep):
     assert set(cfg.run) >= {"records", "threads", "time_limit_s", "force"}
 
 
-def knob_values(values: dict, prefix: str = "") -> dict:
-    """Each leaf of a YAML mapping by dotted key (lists are leaves)."""
-    found = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            found |= knob_values(value, f"{prefix}{key}.")
-        else:
-            found[f"{prefix}{key}"] = value
-    return found
-
-
 def numeric_or_boolean(value) -> bool:
     return isinstance(value, bool | int | float) or (
         isinstance(value, list) and value and isinstance(value[0], int | float)
@@ -162,7 +151,7 @@ def test_every_numeric_or_boolean_knob_declares_its_range_where_it_is_declared(p
     values = OmegaConf.to_container(OmegaConf.load(CONF / path))
     prefix = "model." if path.startswith("model/") else ""
     skipped = {"defaults", "hydra", "fault", "severity"}
-    knobs = {f"{prefix}{k}": v for k, v in knob_values(values).items() if k.split(".")[0] not in skipped}
+    knobs = {f"{prefix}{k}": v for k, v in leaves(values).items() if k.split(".")[0] not in skipped}
     unranged = sorted(key for key, value in knobs.items() if numeric_or_boolean(value) and key not in KNOBS)
     assert unranged == [], f"write each one's range first in its comment, e.g. `# {{integer >= 1}} ...` ({path})"
     for key, value in knobs.items():  # and each default is in its own range
