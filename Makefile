@@ -86,11 +86,11 @@ realbugs: setup ## the doctor on 20 real buggy Keras programs (DeepFD's) and Tra
 working: setup ## the doctor on working programs re-created from public sources, 3 seeds: how often it calls one sick (held out)
 	$(BIN)/python -m benchmarks.working $(ARGS)
 
-test: setup ## run the fast tests (about 5 minutes on 2 cores: 278 s at 6efb9c1 in a fresh clone)
-	$(BIN)/python -m pytest -q
+test: setup ## run the fast tests (at most 4 minutes on 2 cores: docs/testing.md)
+	$(BIN)/python -m pytest -q --durations=10
 
 test-slow: setup ## run only the tests marked slow (end-to-end sweeps, reports, every recipe and loop shape)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow --durations=25
 
 test-all: setup ## run every test, the slow ones too (what CI runs, in two parts)
 	$(BIN)/python -m pytest -q -m ""

@@ -154,6 +154,7 @@ def test_the_doctor_refuses_a_budget_it_cannot_keep():
         Doctor(model(), torch.optim.SGD(model().parameters(), lr=0.1), nn.CrossEntropyLoss(), budget=3)
 
 
+@pytest.mark.slow  # a Lightning fit (about 4 s)
 @pytest.mark.parametrize("budget", [0.03, None])
 def test_the_lightning_callback_takes_the_budget_and_reports_its_cost(budget):
     """The callbacks pass `budget=` on to their doctor: its report says what it cost, or claims nothing without one."""

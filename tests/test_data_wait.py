@@ -139,6 +139,7 @@ def collecting_at(batch: int, n: int):
         yield torch.zeros(1)
 
 
+@pytest.mark.slow  # full garbage collections of a loaded process (about 4.5 s)
 def test_a_garbage_collection_inside_a_next_is_not_waiting_for_data():
     with a_big_heap():
         doctors, grids = DataWait(exclude_host_pauses=True), DataWait()
@@ -209,6 +210,7 @@ def test_a_healthy_in_memory_dataloader_run_is_healthy_20_times_in_20_on_a_busy_
     assert [verdict for verdict, _ in runs] == ["healthy"] * 20, runs
 
 
+@pytest.mark.slow  # full garbage collections of a loaded process (about 4.5 s)
 def test_a_healthy_run_whose_first_batch_waits_on_a_full_garbage_collection_is_healthy():
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2560, 20, generator=generator)

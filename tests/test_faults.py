@@ -180,6 +180,7 @@ def test_a_warmup_that_ends_reaches_the_rate_and_one_that_never_ends_does_not(da
     assert short_run("warmup_never_ends", dataset)["lr_peak_share"] == pytest.approx(40 / 60000)
 
 
+@pytest.mark.slow  # three runs per dataset (about 3 s)
 @pytest.mark.parametrize("dataset", CLASS_DATASETS)
 def test_the_causes_that_hid_behind_a_model_too_small_plant_what_their_checks_read(dataset):
     healthy = short_run("healthy", dataset)

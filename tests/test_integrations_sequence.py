@@ -257,6 +257,7 @@ def plain_loop(hf, padding_scored: bool, steps: int = 40, **options):
     return doctor.report()
 
 
+@pytest.mark.slow  # a GPT-2 loop under the doctor (3-4 s)
 @pytest.mark.parametrize(
     "told", [{}, {"inputs": ("input_ids", "attention_mask"), "targets": "labels"}], ids=["found", "told"]
 )
@@ -278,6 +279,7 @@ def test_a_plain_loop_gets_the_shift_and_the_padding_finding(hf, told, tmp_path)
     assert clean.measurements[SHARE] == 0.0 and "padding_in_loss" not in [f.verdict for f in clean.findings]
 
 
+@pytest.mark.slow  # a GPT-2 loop under the doctor (3-4 s)
 def test_memorization_trains_on_the_shifted_targets_and_no_capacity_fit_runs(hf):
     report = plain_loop(
         hf, False, steps=20, model_factory=lambda: gpt2(hf), memorize_steps=60, capacity_examples=32, capacity_steps=30

@@ -27,9 +27,9 @@ from harness.cli import group_options
 from hydra_plugins.doctor_grid_sweeper.grid_sweeper import GridSweeper
 
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
-# Grids whose own composition takes the sweeper 10 s or more (hundreds of cells, or every fault pair tried):
-# only the slow test composes them.
-LARGE = {"pairs", "zoo_faults", "zoo_healthy"}
+# Grids whose own composition takes the sweeper 3 s or more (tens to hundreds of cells, or every fault pair tried):
+# only the slow test composes them, every composition of every grid.
+LARGE = {"pairs", "zoo_faults", "zoo_healthy", "default", "cnn", "gru", "lm", "transformer"}
 SPREAD = 3  # cells per sweep in the fast test: the first, the middle and the last
 
 
