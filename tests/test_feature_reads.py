@@ -14,24 +14,13 @@ from hand_records import record
 import analysis.feature
 import analysis.loss_curves
 import analysis.yardsticks
-from analysis.declarations import (
-    capacity,
-    data,
-    initialization,
-    language,
-    loop,
-    naive,
-    outcome,
-    outputs,
-    parameters,
-    schedule,
-)
+from analysis.declarations import naive
 from analysis.feature import Feature
-from analysis.features import FEATURES_LIST, features
+from analysis.features import FAMILIES, FEATURES_LIST, features
 
 # The declarations (one module per family) and the formulas they call (analysis/feature.py's readers, and the
 # formulas of analysis/yardsticks.py and analysis/loss_curves.py), read from their source.
-DECLARING = [capacity, data, initialization, language, loop, naive, outcome, outputs, parameters, schedule]
+DECLARING = [*FAMILIES, naive]  # every module that declares features
 FORMULAS = [analysis.feature, analysis.yardsticks, analysis.loss_curves]
 SOURCES = [ast.parse(inspect.getsource(module)) for module in DECLARING + FORMULAS]
 FUNCTIONS = {node.name: node for source in SOURCES for node in source.body if isinstance(node, ast.FunctionDef)}
