@@ -29,6 +29,7 @@ from analysis.declarations.naive import NAIVE_FEATURES_LIST
 from analysis.features import FEATURES_LIST
 from analysis.rules import RULES, fitted_budgets, rules_table
 from harness.columns import ALONG_THE_RUN, CHECKPOINT_COLUMNS, DECLARED_IN
+from harness.recipe import leaves
 from harness.records import SCHEMA, SCHEMA_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,16 +67,7 @@ def _fault_file(path: Path) -> tuple[str, str, str]:
     values = OmegaConf.to_container(OmegaConf.load(path))
     verdicts = sorted(set((values.pop("fault", None) or {}).values()))
     values.pop("severity", None)
-    knobs = []
-
-    def flatten(node, prefix=""):
-        for key, value in node.items():
-            if isinstance(value, dict) and value:
-                flatten(value, f"{prefix}{key}.")
-            else:
-                knobs.append(f"`{prefix}{key}: {_yaml(value)}`")
-
-    flatten(values)
+    knobs = [f"`{key}: {_yaml(value)}`" for key, value in leaves(values).items()]
     return ", ".join(f"`{v}`" for v in verdicts) or "`healthy`", ", ".join(knobs) or "nothing", comment
 
 

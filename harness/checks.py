@@ -21,7 +21,8 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from harness.recipe import CONF
+
 BATCH_KINDS = ("indexed", "dataloader")
 BATCH_ORDERS = ("shuffled", "fixed", "class_sorted")  # the order examples are fed in (harness/data.py)
 OUTPUTS = (

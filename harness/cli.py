@@ -24,10 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.checks import KNOBS, cell_problems, knob_problems, n_jobs_problem
-from harness.recipe import planted
+from harness.recipe import CONF, planted
 from harness.records import check_writable
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("fault", "dataset", "device", "model", "optimizer", "sweep")
 # Groups whose files may set keys outside their own node (`# @package _global_`): every such key must be one the
 # recipe already has, or a misspelling would run silently (a fault's cell healthy under the fault's label).
@@ -57,7 +56,7 @@ def group_options(group: str, config_dirs: list[Path], nested: bool = True) -> l
     pattern = "**/*.yaml" if nested else "*.yaml"
     names = {
         p.relative_to(d / group).with_suffix("").as_posix()
-        for d in [CONF_DIR, *config_dirs]
+        for d in [CONF, *config_dirs]
         for p in (d / group).glob(pattern)
     }
     return sorted(names, key=lambda name: ("/" in name, name))  # the top level first, then the subfolders
@@ -220,7 +219,7 @@ def option_file(option: str, config_dirs: list[Path]) -> Path | None:
     if len(names) != 1:
         return None
     # Hydra looks in the primary config folder first, then in each --config-dir.
-    found = [d / group / f"{names[0]}.yaml" for d in [CONF_DIR, *config_dirs]]
+    found = [d / group / f"{names[0]}.yaml" for d in [CONF, *config_dirs]]
     return next((path for path in found if path.is_file()), None)
 
 
@@ -262,7 +261,7 @@ def check_command_line(argv: list[str]) -> str | None:
     searchpath = searchpath_override(config_dirs)
     sweeping = any(f in flags for f in ("-m", "--multirun")) or any(_group(o) == "sweep" for o in fixed)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return _check_compositions(searchpath, fixed, chosen, config_dirs, sweeping, not_a_grid)
     except yaml.YAMLError as error:  # Hydra lets a YAML syntax error through as a 40-line traceback
         return yaml_problem(error)

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parent.parent / "conf"  # the recipes: conf/config.yaml and its groups
 # The config groups whose option makes a node of the recipe; fault files and sweep files are `_global_` overrides,
 # whose values are part of the difference.
 GROUPS = tuple(sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("fault", "sweep")))

@@ -47,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.checks import ConfigError, knob_problems, n_jobs_problem
 from harness.cli import choices, same_group_choices, unknown_key_message
+from harness.recipe import leaves
 
 
 @dataclass
@@ -257,10 +258,10 @@ class GridSweeper(Sweeper):
         second would silently replace the first. A pair whose model cannot be built is left out too
         (frozen_params freezes hidden layers 0 and 1; model_too_small has only one).
         """
-        healthy = _flat(self._plain([]))
+        healthy = leaves(self._plain([]))
         changes, verdicts = {}, {}
         for name in self.pairs:
-            values = _flat(self._plain([f"fault={name}"]))
+            values = leaves(self._plain([f"fault={name}"]))
             verdicts[name] = values[f"fault.{name}"]
             changes[name] = {k: v for k, v in values.items() if not k.startswith("fault.") and healthy.get(k) != v}
         return [
@@ -317,14 +318,3 @@ def _model_builds(values: dict) -> bool:
     except Exception:  # noqa: BLE001 - whatever the constructor refuses
         return False
     return True
-
-
-def _flat(values: dict, prefix: str = "") -> dict:
-    """A nested config as {dotted.key: value}."""
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
