@@ -110,17 +110,14 @@ RANGE_FORMS: list[tuple[str, Callable[..., tuple[Callable, str]]]] = [
     (r"> 0", lambda: _POSITIVE),
     (r">= 0", lambda: _NON_NEGATIVE),
     (r"number or null", lambda: ((lambda v: v is None or _number(v)), "a number or null")),
-    (r"> 0 or null", lambda: ((lambda v: v is None or (_number(v) and v > 0)), "a finite number > 0 or null")),
+    (r"> 0 or null", lambda: ((lambda v: v is None or _POSITIVE[0](v)), "a finite number > 0 or null")),
     (
         r"in ([(\[])([-\d.e]+), ([-\d.e]+)([)\]])",
         lambda left, low, high, right: _between(float(low), float(high), left == "(", right == ")"),
     ),
-    (
-        r"list of integers >= (\d+)",
-        lambda low: _list_of(lambda i: _integer(i) and i >= int(low), f"a list of integers >= {low}"),
-    ),
-    (r"list of rates > 0", lambda: _list_of(lambda r: _number(r) and r > 0, "a list of rates > 0")),
-    (r"one or more rates > 0", lambda: _list_of(lambda r: _number(r) and r > 0, "a list of one or more rates > 0", 1)),
+    (r"list of integers >= (\d+)", lambda low: _list_of(_int_at_least(int(low))[0], f"a list of integers >= {low}")),
+    (r"list of rates > 0", lambda: _list_of(_POSITIVE[0], "a list of rates > 0")),
+    (r"one or more rates > 0", lambda: _list_of(_POSITIVE[0], "a list of one or more rates > 0", least=1)),
     (
         r"seed",
         lambda: (
